@@ -1,0 +1,33 @@
+/* On-disk snapshot store: <cache_dir>/<cluster>/<service>/<time>/<file>.
+ * Files appear only whole (written aside, fsynced, renamed into place) and
+ * are never changed afterwards. */
+#ifndef PFS_CACHE_H
+#define PFS_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+int pfs_cache_init(const char *dir, char *err, size_t errlen);
+
+/* Store data as cluster/service/round/file with the given mtime. */
+int pfs_cache_publish(const char *cluster, const char *service, const char *round,
+		      const char *file, const uint8_t *data, size_t len, time_t mtime,
+		      char *err, size_t errlen);
+
+/* Open a stored file read-only; returns an fd or -errno. */
+int pfs_cache_open(const char *cluster, const char *service, const char *round, const char *file);
+
+typedef void (*pfs_cache_visit)(const char *cluster, const char *service, const char *round,
+				const char *file, off_t size, time_t mtime, void *arg);
+/* Call visit for every stored file; the caller matches names to its config. */
+void pfs_cache_scan(pfs_cache_visit visit, void *arg);
+
+/* Delete one round directory and the files in it. */
+int pfs_cache_remove_round(const char *cluster, const char *service, const char *round);
+
+/* Bytes used by stored snapshot files. */
+uint64_t pfs_cache_bytes(void);
+
+#endif

@@ -1,0 +1,47 @@
+/* Fetcher: one thread drives every HTTP transfer through a libcurl multi
+ * handle, so any number of fetches run at once and none blocks another. */
+#ifndef PFS_FETCH_H
+#define PFS_FETCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct pfs_target;
+
+struct pfs_fetch {
+	/* Request, filled in by the submitter. */
+	char *url;                       /* full URL, owned by the submitter */
+	const struct pfs_target *target; /* headers, auth, for this request */
+	long timeout_ms;                 /* whole transfer, connect included */
+	size_t max_bytes;                /* larger bodies fail the fetch */
+	/* Called once on the fetcher thread when the fetch has finished, with
+	 * the result below filled in. It owns f from then on. */
+	void (*done)(struct pfs_fetch *f);
+	void *arg;
+
+	/* Result. ok means HTTP 200 with a complete body. */
+	bool ok;
+	long http_status;                /* 0 when no response came */
+	char error[256];                 /* why, when !ok: one line, no secrets */
+	uint8_t *body;
+	size_t len;
+
+	/* Private to the fetcher. */
+	size_t cap;
+	bool too_big;
+	char curl_err[256];
+	void *easy;
+	struct curl_slist *slist;
+	struct pfs_fetch *next;
+	struct pfs_fetch *active_next;
+};
+
+int pfs_fetcher_start(void);
+/* Fails whatever is still in flight (done() is called) and stops. */
+void pfs_fetcher_stop(void);
+void pfs_fetch_submit(struct pfs_fetch *f);
+/* Free body and private state (not url, not f). */
+void pfs_fetch_release(struct pfs_fetch *f);
+
+#endif

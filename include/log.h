@@ -1,0 +1,18 @@
+/* Logging: one line per event, to stderr in the foreground, to syslog once daemonized. */
+#ifndef PFS_LOG_H
+#define PFS_LOG_H
+
+enum pfs_log_level { PFS_LOG_ERR, PFS_LOG_WARN, PFS_LOG_INFO, PFS_LOG_DEBUG };
+
+void pfs_log_init(int debug);
+/* Switch to syslog (after daemonizing without -f). */
+void pfs_log_use_syslog(void);
+void pfs_log(enum pfs_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define pfs_err(...) pfs_log(PFS_LOG_ERR, __VA_ARGS__)
+#define pfs_warn(...) pfs_log(PFS_LOG_WARN, __VA_ARGS__)
+#define pfs_info(...) pfs_log(PFS_LOG_INFO, __VA_ARGS__)
+#define pfs_debug(...) pfs_log(PFS_LOG_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,17 @@
+/* Safe path components: names that come from config or upstream. */
+#ifndef PFS_NAMES_H
+#define PFS_NAMES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* True if s is usable as one path component as it is: non-empty, at most
+ * 200 bytes, only [A-Za-z0-9._-], not "." or "..", not starting with '.'. */
+bool pfs_name_is_safe(const char *s);
+
+/* Copy s into out (size outlen) with every byte outside [A-Za-z0-9._-]
+ * replaced by '_', a leading '.' replaced by '_', truncated to fit.
+ * An empty result becomes "_". Always NUL-terminates. */
+void pfs_name_sanitize(const char *s, char *out, size_t outlen);
+
+#endif

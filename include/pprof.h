@@ -1,0 +1,21 @@
+/* pprof codec: the gzip-compressed perftools.profiles.Profile format. */
+#ifndef PFS_PPROF_H
+#define PFS_PPROF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Inflate a complete gzip stream (no trailing bytes) into *out (malloc'd).
+ * Fails on a bad header, truncation, CRC mismatch or more than max_out
+ * bytes of output. Returns 0 or -1 with a reason in err. */
+int pfs_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out, size_t *outlen,
+	       char *err, size_t errlen);
+
+/* Check that buf is what a pprof endpoint serves: a gzip stream of a
+ * Profile that decodes, has string_table[0] == "", at least one sample
+ * type, in-range string indices for the sample types and one value per
+ * sample type in every sample. Returns 0 or -1 with a reason in err. */
+int pfs_pprof_validate_gz(const uint8_t *buf, size_t len, size_t max_raw, char *err,
+			  size_t errlen);
+
+#endif

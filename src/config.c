@@ -1,0 +1,608 @@
+/* Config file: parse, validate, resolve inherited settings. */
+#include "config.h"
+
+#include "log.h"
+#include "names.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *const pfs_profile_names[PFS_NPROFILES] = {
+	"heap", "allocs", "goroutine", "block", "mutex", "threadcreate", "cpu",
+};
+
+#define ALL_PROFILES ((1u << PFS_NPROFILES) - 1)
+
+/* Settings that every level (top, cluster, service, target) may set and
+ * that the level below inherits. */
+struct settings {
+	double timeout;
+	double cpu_seconds;
+	json_t *headers; /* object name -> string, owned */
+	const char *token;
+	const char *username;
+	const char *password;
+	unsigned profiles;
+};
+
+struct parser {
+	const char *path;
+	char *err;
+	size_t errlen;
+	bool has_secrets;
+};
+
+__attribute__((format(printf, 3, 4)))
+static int fail(struct parser *p, const char *field, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	snprintf(p->err, p->errlen, "config %s: %s: %s", p->path, field, msg);
+	return -1;
+}
+
+double pfs_parse_duration(const char *s)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || errno || v < 0)
+		return -1;
+	if (*end == '\0' || strcmp(end, "s") == 0)
+		return v;
+	if (strcmp(end, "ms") == 0)
+		return v / 1000.0;
+	if (strcmp(end, "m") == 0)
+		return v * 60;
+	if (strcmp(end, "h") == 0)
+		return v * 3600;
+	if (strcmp(end, "d") == 0)
+		return v * 86400;
+	return -1;
+}
+
+static int get_duration(struct parser *p, json_t *obj, const char *key, const char *where,
+			double min, double *out)
+{
+	json_t *v = json_object_get(obj, key);
+	char field[512];
+	double d;
+
+	if (!v)
+		return 0;
+	snprintf(field, sizeof field, "%s%s", where, key);
+	if (json_is_number(v))
+		d = json_number_value(v);
+	else if (json_is_string(v))
+		d = pfs_parse_duration(json_string_value(v));
+	else
+		return fail(p, field, "must be a number of seconds or a string like \"10s\"");
+	if (d < min)
+		return fail(p, field, "must be a duration of at least %gs", min);
+	*out = d;
+	return 0;
+}
+
+static int get_string(struct parser *p, json_t *obj, const char *key, const char *where,
+		      const char **out)
+{
+	json_t *v = json_object_get(obj, key);
+	char field[512];
+
+	if (!v)
+		return 0;
+	snprintf(field, sizeof field, "%s%s", where, key);
+	if (!json_is_string(v) || json_string_length(v) == 0)
+		return fail(p, field, "must be a non-empty string");
+	if (strlen(json_string_value(v)) != json_string_length(v))
+		return fail(p, field, "must not contain NUL");
+	*out = json_string_value(v);
+	return 0;
+}
+
+/* A secret given inline or through an environment variable named by
+ * KEY_env. */
+static int get_secret(struct parser *p, json_t *obj, const char *key, const char *where,
+		      const char **out)
+{
+	char envkey[64], field[512];
+	const char *var = NULL;
+
+	if (get_string(p, obj, key, where, out))
+		return -1;
+	if (*out && json_object_get(obj, key))
+		p->has_secrets = true;
+	snprintf(envkey, sizeof envkey, "%s_env", key);
+	if (get_string(p, obj, envkey, where, &var))
+		return -1;
+	if (!var)
+		return 0;
+	snprintf(field, sizeof field, "%s%s", where, envkey);
+	if (json_object_get(obj, key))
+		return fail(p, field, "give either %s or %s, not both", key, envkey);
+	*out = getenv(var);
+	if (!*out || !**out)
+		return fail(p, field, "environment variable %s is not set", var);
+	return 0;
+}
+
+static bool header_is_secret(const char *name)
+{
+	return strcasecmp(name, "authorization") == 0 || strcasecmp(name, "cookie") == 0 ||
+	       strcasestr(name, "token") || strcasestr(name, "key") || strcasestr(name, "secret") ||
+	       strcasestr(name, "auth");
+}
+
+static int check_keys(struct parser *p, json_t *obj, const char *where, const char *const *allowed)
+{
+	const char *key;
+	json_t *v;
+
+	json_object_foreach(obj, key, v) {
+		bool ok = false;
+		for (const char *const *a = allowed; *a; a++)
+			ok = ok || strcmp(*a, key) == 0;
+		if (!ok) {
+			char field[512];
+			snprintf(field, sizeof field, "%s%s", where, key);
+			return fail(p, field, "unknown field");
+		}
+	}
+	return 0;
+}
+
+#define SETTING_KEYS "timeout", "cpu_seconds", "headers", "bearer_token", "bearer_token_env", \
+		     "basic_auth", "profiles"
+
+/* Read this level's settings over the inherited ones in s (a copy whose
+ * headers are borrowed). On return, success or not, s->headers is a
+ * reference the caller owns and must drop. */
+static int parse_settings(struct parser *p, json_t *obj, const char *where, struct settings *s)
+{
+	char field[512];
+	json_t *v;
+
+	json_incref(s->headers);
+	if (get_duration(p, obj, "timeout", where, 0.001, &s->timeout) ||
+	    get_duration(p, obj, "cpu_seconds", where, 1, &s->cpu_seconds))
+		return -1;
+	if (s->cpu_seconds != (long)s->cpu_seconds) {
+		snprintf(field, sizeof field, "%scpu_seconds", where);
+		return fail(p, field, "must be a whole number of seconds");
+	}
+	if ((v = json_object_get(obj, "headers"))) {
+		const char *k;
+		json_t *hv;
+
+		snprintf(field, sizeof field, "%sheaders", where);
+		if (!json_is_object(v))
+			return fail(p, field, "must be an object of header names to strings");
+		json_t *merged = json_deep_copy(s->headers);
+		json_object_foreach(v, k, hv) {
+			if (!json_is_string(hv) || !*k || strpbrk(k, ":\r\n ") ||
+			    strpbrk(json_string_value(hv), "\r\n")) {
+				json_decref(merged);
+				snprintf(field, sizeof field, "%sheaders.%s", where, k);
+				return fail(p, field, "must be a header name with a one-line string value");
+			}
+			if (header_is_secret(k))
+				p->has_secrets = true;
+			json_object_set(merged, k, hv);
+		}
+		json_decref(s->headers);
+		s->headers = merged;
+	}
+	if (get_secret(p, obj, "bearer_token", where, &s->token))
+		return -1;
+	if ((v = json_object_get(obj, "basic_auth"))) {
+		static const char *const keys[] = {"username", "password", "password_env", NULL};
+		char sub[512];
+
+		snprintf(sub, sizeof sub, "%sbasic_auth", where);
+		if (!json_is_object(v))
+			return fail(p, sub, "must be an object with username and password");
+		strcat(sub, ".");
+		s->username = s->password = NULL;
+		if (check_keys(p, v, sub, keys) || get_string(p, v, "username", sub, &s->username) ||
+		    get_secret(p, v, "password", sub, &s->password))
+			return -1;
+		if (!s->username || !s->password)
+			return fail(p, sub, "needs username and password (or password_env)");
+	}
+	if ((v = json_object_get(obj, "profiles"))) {
+		size_t i;
+		json_t *pv;
+
+		snprintf(field, sizeof field, "%sprofiles", where);
+		if (!json_is_array(v) || json_array_size(v) == 0)
+			return fail(p, field, "must be a non-empty array of profile names");
+		s->profiles = 0;
+		json_array_foreach(v, i, pv) {
+			int found = -1;
+			for (int k = 0; k < PFS_NPROFILES; k++)
+				if (json_is_string(pv) && strcmp(json_string_value(pv), pfs_profile_names[k]) == 0)
+					found = k;
+			if (found < 0) {
+				snprintf(field, sizeof field, "%sprofiles[%zu]", where, i);
+				return fail(p, field, "must be one of heap, allocs, goroutine, block, mutex, threadcreate, cpu");
+			}
+			s->profiles |= 1u << found;
+		}
+	}
+	return 0;
+}
+
+/* scheme://host[:port]/path of url, without userinfo and query. */
+static char *url_for_log(const char *url, char *hostport, size_t hplen)
+{
+	CURLU *u = curl_url();
+	char *scheme = NULL, *host = NULL, *port = NULL, *path = NULL, *out = NULL;
+
+	if (curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+	    curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+	    curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK) {
+		curl_url_get(u, CURLUPART_PORT, &port, 0);
+		size_t n = strlen(scheme) + strlen(host) + strlen(path) + 16;
+		out = malloc(n);
+		snprintf(out, n, "%s://%s%s%s%s", scheme, host, port ? ":" : "", port ? port : "",
+			 strcmp(path, "/") ? path : "");
+		snprintf(hostport, hplen, "%s%s%s", host, port ? "_" : "", port ? port : "");
+	}
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(port);
+	curl_free(path);
+	curl_url_cleanup(u);
+	return out;
+}
+
+static int parse_target(struct parser *p, json_t *v, const char *where, const struct settings *inh,
+			struct pfs_target *t)
+{
+	static const char *const keys[] = {"url", "name", SETTING_KEYS, NULL};
+	struct settings s = *inh;
+	const char *url = NULL, *name = NULL;
+	char field[512], hostport[256] = "";
+	json_t *obj;
+	int rc = -1;
+
+	obj = json_is_string(v) ? json_pack("{sO}", "url", v) : json_incref(v);
+	if (!json_is_object(obj)) {
+		json_decref(obj);
+		return fail(p, where, "a target must be a URL string or an object with \"url\"");
+	}
+	snprintf(field, sizeof field, "%s.", where);
+	if (check_keys(p, obj, field, keys)) {
+		json_decref(obj);
+		return -1;
+	}
+	if (parse_settings(p, obj, field, &s))
+		goto out;
+	if (s.profiles != inh->profiles) {
+		snprintf(field, sizeof field, "%s.profiles", where);
+		fail(p, field, "set profiles on the service, not on one target");
+		goto out;
+	}
+	snprintf(field, sizeof field, "%s.", where);
+	if (get_string(p, obj, "url", field, &url) || get_string(p, obj, "name", field, &name))
+		goto out;
+	snprintf(field, sizeof field, "%s.url", where);
+	if (!url) {
+		fail(p, field, "is required");
+		goto out;
+	}
+	if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8)) {
+		fail(p, field, "must be an http:// or https:// URL");
+		goto out;
+	}
+	t->log_url = url_for_log(url, hostport, sizeof hostport);
+	if (!t->log_url) {
+		fail(p, field, "is not a valid URL");
+		goto out;
+	}
+	t->url = strdup(url);
+	for (size_t n = strlen(t->url); n > 0 && t->url[n - 1] == '/'; n--)
+		t->url[n - 1] = '\0';
+	if (name && !pfs_name_is_safe(name)) {
+		snprintf(field, sizeof field, "%s.name", where);
+		fail(p, field, "must be 1-200 of [A-Za-z0-9._-], not starting with '.'");
+		goto out;
+	}
+	if (name) {
+		t->name = strdup(name);
+	} else {
+		char safe[256];
+		pfs_name_sanitize(hostport, safe, sizeof safe);
+		t->name = strdup(safe);
+	}
+	t->timeout = s.timeout;
+	if (s.token) {
+		size_t n = strlen(s.token) + 32;
+		t->headers = calloc(json_object_size(s.headers) + 1, sizeof(char *));
+		t->headers[t->n_headers] = malloc(n);
+		snprintf(t->headers[t->n_headers++], n, "Authorization: Bearer %s", s.token);
+	} else {
+		t->headers = calloc(json_object_size(s.headers) + 1, sizeof(char *));
+	}
+	{
+		const char *k;
+		json_t *hv;
+		json_object_foreach(s.headers, k, hv) {
+			size_t n = strlen(k) + json_string_length(hv) + 4;
+			t->headers[t->n_headers] = malloc(n);
+			snprintf(t->headers[t->n_headers++], n, "%s: %s", k, json_string_value(hv));
+		}
+	}
+	if (s.username) {
+		t->username = strdup(s.username);
+		t->password = strdup(s.password);
+	}
+	rc = 0;
+out:
+	json_decref(s.headers);
+	json_decref(obj);
+	return rc;
+}
+
+static int parse_service(struct parser *p, const char *name, json_t *obj, const char *where,
+			 const struct settings *inh, struct pfs_service *svc)
+{
+	static const char *const keys[] = {"targets", SETTING_KEYS, NULL};
+	struct settings s = *inh;
+	char field[512];
+	json_t *targets, *tv;
+	size_t i;
+	int rc = -1;
+
+	svc->name = strdup(name);
+	if (!json_is_object(obj))
+		return fail(p, where, "a service must be an object with \"targets\"");
+	snprintf(field, sizeof field, "%s.", where);
+	if (check_keys(p, obj, field, keys))
+		return -1;
+	if (parse_settings(p, obj, field, &s))
+		goto out_settings;
+	svc->profiles = s.profiles;
+	svc->cpu_seconds = s.cpu_seconds;
+	targets = json_object_get(obj, "targets");
+	snprintf(field, sizeof field, "%s.targets", where);
+	if (json_is_string(targets) || json_is_object(targets)) {
+		targets = json_pack("[O]", targets);
+	} else if (json_is_array(targets) && json_array_size(targets) > 0) {
+		json_incref(targets);
+	} else {
+		fail(p, field, "must be a non-empty array of targets");
+		goto out_settings;
+	}
+	svc->targets = calloc(json_array_size(targets), sizeof *svc->targets);
+	json_array_foreach(targets, i, tv) {
+		snprintf(field, sizeof field, "%s.targets[%zu]", where, i);
+		if (parse_target(p, tv, field, &s, &svc->targets[i]))
+			goto out_targets;
+		svc->n_targets++;
+		for (size_t j = 0; j < i; j++)
+			if (strcmp(svc->targets[j].name, svc->targets[i].name) == 0) {
+				strcat(field, ".name");
+				fail(p, field, "target name \"%s\" is used twice; give each target a \"name\"",
+				     svc->targets[i].name);
+				goto out_targets;
+			}
+	}
+	rc = 0;
+out_targets:
+	json_decref(targets);
+out_settings:
+	json_decref(s.headers);
+	return rc;
+}
+
+static int parse_cluster(struct parser *p, const char *name, json_t *obj, const char *where,
+			 const struct settings *inh, struct pfs_cluster *c)
+{
+	static const char *const keys[] = {"kind", "services", SETTING_KEYS, NULL};
+	struct settings s = *inh;
+	char field[512];
+	const char *kind = NULL, *sname;
+	json_t *services, *sv;
+	int rc = -1;
+
+	c->name = strdup(name);
+	if (!json_is_object(obj))
+		return fail(p, where, "a cluster must be an object with \"services\"");
+	snprintf(field, sizeof field, "%s.", where);
+	if (check_keys(p, obj, field, keys) || get_string(p, obj, "kind", field, &kind))
+		return -1;
+	if (kind && strcmp(kind, "pprof") != 0) {
+		snprintf(field, sizeof field, "%s.kind", where);
+		return fail(p, field, "unknown source kind \"%s\" (supported: pprof)", kind);
+	}
+	snprintf(field, sizeof field, "%s.", where);
+	if (parse_settings(p, obj, field, &s))
+		goto out;
+	services = json_object_get(obj, "services");
+	snprintf(field, sizeof field, "%s.services", where);
+	if (!json_is_object(services) || json_object_size(services) == 0) {
+		fail(p, field, "must be a non-empty object of service names");
+		goto out;
+	}
+	c->services = calloc(json_object_size(services), sizeof *c->services);
+	json_object_foreach(services, sname, sv) {
+		struct pfs_service *svc = &c->services[c->n_services++];
+		snprintf(field, sizeof field, "%s.services.%s", where, sname);
+		svc->cluster = c;
+		if (!pfs_name_is_safe(sname)) {
+			fail(p, field, "service name must be 1-200 of [A-Za-z0-9._-], not starting with '.'");
+			goto out;
+		}
+		if (parse_service(p, sname, sv, field, &s, svc))
+			goto out;
+	}
+	rc = 0;
+out:
+	json_decref(s.headers);
+	return rc;
+}
+
+static int parse_top(struct parser *p, json_t *root, struct pfs_config *cfg)
+{
+	static const char *const keys[] = {"cache_dir", "retention", "latest_ttl", "retry_after",
+					   "max_profile_bytes", "clusters", SETTING_KEYS, NULL};
+	struct settings s = {.timeout = 10, .cpu_seconds = 10, .profiles = ALL_PROFILES};
+	const char *cache_dir = NULL, *cname;
+	json_t *clusters, *cv, *mb;
+	char field[512];
+	int rc = -1;
+
+	if (!json_is_object(root))
+		return fail(p, "(top level)", "must be a JSON object");
+	if (check_keys(p, root, "", keys) || get_string(p, root, "cache_dir", "", &cache_dir) ||
+	    get_duration(p, root, "retention", "", 1, &cfg->retention) ||
+	    get_duration(p, root, "latest_ttl", "", 1, &cfg->latest_ttl) ||
+	    get_duration(p, root, "retry_after", "", 0, &cfg->retry_after))
+		return -1;
+	if ((mb = json_object_get(root, "max_profile_bytes"))) {
+		if (!json_is_integer(mb) || json_integer_value(mb) < 1024)
+			return fail(p, "max_profile_bytes", "must be an integer of at least 1024");
+		cfg->max_bytes = (size_t)json_integer_value(mb);
+	}
+	if (cache_dir) {
+		cfg->cache_dir = strdup(cache_dir);
+	} else if (geteuid() == 0) {
+		cfg->cache_dir = strdup("/var/cache/profilefs");
+	} else {
+		const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+		char buf[4096];
+		if (xdg && *xdg)
+			snprintf(buf, sizeof buf, "%s/profilefs", xdg);
+		else
+			snprintf(buf, sizeof buf, "%s/.cache/profilefs", home ? home : "/tmp");
+		cfg->cache_dir = strdup(buf);
+	}
+	{
+		json_t *none = json_object();
+		s.headers = none;
+		rc = parse_settings(p, root, "", &s);
+		json_decref(none);
+		if (rc)
+			goto out;
+		rc = -1;
+	}
+	clusters = json_object_get(root, "clusters");
+	if (!json_is_object(clusters) || json_object_size(clusters) == 0) {
+		fail(p, "clusters", "must be a non-empty object of cluster names");
+		goto out;
+	}
+	cfg->clusters = calloc(json_object_size(clusters), sizeof *cfg->clusters);
+	json_object_foreach(clusters, cname, cv) {
+		struct pfs_cluster *c = &cfg->clusters[cfg->n_clusters++];
+		snprintf(field, sizeof field, "clusters.%s", cname);
+		if (!pfs_name_is_safe(cname)) {
+			fail(p, field, "cluster name must be 1-200 of [A-Za-z0-9._-], not starting with '.'");
+			goto out;
+		}
+		if (parse_cluster(p, cname, cv, field, &s, c))
+			goto out;
+	}
+	rc = 0;
+out:
+	json_decref(s.headers);
+	return rc;
+}
+
+int pfs_config_load(const char *path, struct pfs_config *cfg, char *err, size_t errlen)
+{
+	struct parser p = {.path = path, .err = err, .errlen = errlen};
+	json_error_t jerr;
+	struct stat st;
+	json_t *root;
+	int rc;
+
+	memset(cfg, 0, sizeof *cfg);
+	cfg->path = strdup(path);
+	cfg->retention = 7 * 86400;
+	cfg->latest_ttl = 60;
+	cfg->retry_after = 5;
+	cfg->max_bytes = 256u << 20;
+	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		if (jerr.line < 1)
+			snprintf(err, errlen, "config %s: %s", path, jerr.text);
+		else
+			snprintf(err, errlen, "config %s: line %d column %d: %s", path, jerr.line,
+				 jerr.column, jerr.text);
+		return -1;
+	}
+	rc = parse_top(&p, root, cfg);
+	json_decref(root);
+	if (rc == 0 && p.has_secrets && stat(path, &st) == 0 && (st.st_mode & S_IROTH))
+		pfs_warn("config %s holds secrets and is readable by others (mode %04o); chmod o-r it",
+			 path, (unsigned)(st.st_mode & 07777));
+	return rc;
+}
+
+static void free_target(struct pfs_target *t)
+{
+	free(t->name);
+	free(t->url);
+	free(t->log_url);
+	for (size_t i = 0; i < t->n_headers; i++) {
+		explicit_bzero(t->headers[i], strlen(t->headers[i]));
+		free(t->headers[i]);
+	}
+	free(t->headers);
+	free(t->username);
+	if (t->password)
+		explicit_bzero(t->password, strlen(t->password));
+	free(t->password);
+}
+
+void pfs_config_free(struct pfs_config *cfg)
+{
+	for (size_t i = 0; i < cfg->n_clusters; i++) {
+		struct pfs_cluster *c = &cfg->clusters[i];
+		for (size_t j = 0; j < c->n_services; j++) {
+			struct pfs_service *s = &c->services[j];
+			for (size_t k = 0; k < s->n_targets; k++)
+				free_target(&s->targets[k]);
+			free(s->targets);
+			free(s->name);
+		}
+		free(c->services);
+		free(c->name);
+	}
+	free(cfg->clusters);
+	free(cfg->cache_dir);
+	free(cfg->path);
+	memset(cfg, 0, sizeof *cfg);
+}
+
+struct pfs_cluster *pfs_config_cluster(struct pfs_config *cfg, const char *name)
+{
+	for (size_t i = 0; i < cfg->n_clusters; i++)
+		if (strcmp(cfg->clusters[i].name, name) == 0)
+			return &cfg->clusters[i];
+	return NULL;
+}
+
+struct pfs_service *pfs_config_service(struct pfs_cluster *c, const char *name)
+{
+	for (size_t i = 0; i < c->n_services; i++)
+		if (strcmp(c->services[i].name, name) == 0)
+			return &c->services[i];
+	return NULL;
+}

@@ -1,0 +1,174 @@
+/* Fetcher thread: libcurl multi interface, one easy handle per fetch. */
+#include "fetch.h"
+
+#include "config.h"
+#include "log.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static CURLM *g_multi;
+static pthread_t g_thread;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pfs_fetch *g_queue;  /* submitted, not yet started */
+static struct pfs_fetch *g_active; /* started; fetcher thread only */
+static bool g_stop;
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
+{
+	struct pfs_fetch *f = arg;
+	size_t n = size * nmemb;
+
+	if (f->len + n > f->max_bytes) {
+		f->too_big = true;
+		return 0;
+	}
+	if (f->len + n > f->cap) {
+		size_t cap = f->cap ? f->cap : 64 * 1024;
+		while (cap < f->len + n)
+			cap *= 2;
+		uint8_t *b = realloc(f->body, cap);
+		if (!b)
+			return 0;
+		f->body = b;
+		f->cap = cap;
+	}
+	memcpy(f->body + f->len, data, n);
+	f->len += n;
+	return n;
+}
+
+static void start_one(struct pfs_fetch *f)
+{
+	const struct pfs_target *t = f->target;
+	CURL *e = curl_easy_init();
+
+	f->slist = curl_slist_append(NULL, "User-Agent: profilefs/" PROFILEFS_VERSION);
+	for (size_t i = 0; i < t->n_headers; i++)
+		f->slist = curl_slist_append(f->slist, t->headers[i]);
+	curl_easy_setopt(e, CURLOPT_URL, f->url);
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, f->timeout_ms);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, f->timeout_ms < 5000 ? f->timeout_ms : 5000L);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, f->slist);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, f);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, f->curl_err);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, f);
+	if (t->username) {
+		curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+		curl_easy_setopt(e, CURLOPT_USERNAME, t->username);
+		curl_easy_setopt(e, CURLOPT_PASSWORD, t->password);
+	}
+	f->easy = e;
+	f->active_next = g_active;
+	g_active = f;
+	curl_multi_add_handle(g_multi, e);
+}
+
+static void finish_one(struct pfs_fetch *f, CURLcode cc)
+{
+	CURL *e = f->easy;
+
+	for (struct pfs_fetch **pp = &g_active; *pp; pp = &(*pp)->active_next)
+		if (*pp == f) {
+			*pp = f->active_next;
+			break;
+		}
+	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &f->http_status);
+	if (f->too_big)
+		snprintf(f->error, sizeof f->error, "HTTP %ld, body larger than %zu bytes",
+			 f->http_status, f->max_bytes);
+	else if (cc != CURLE_OK)
+		snprintf(f->error, sizeof f->error, "HTTP %ld, %s", f->http_status,
+			 f->curl_err[0] ? f->curl_err : curl_easy_strerror(cc));
+	else if (f->http_status != 200)
+		snprintf(f->error, sizeof f->error, "HTTP %ld", f->http_status);
+	else
+		f->ok = true;
+	curl_multi_remove_handle(g_multi, e);
+	curl_easy_cleanup(e);
+	f->easy = NULL;
+	curl_slist_free_all(f->slist);
+	f->slist = NULL;
+	f->done(f);
+}
+
+static void *fetcher_main(void *unused)
+{
+	(void)unused;
+	for (;;) {
+		struct pfs_fetch *q;
+		CURLMsg *m;
+		int running, left;
+
+		pthread_mutex_lock(&g_lock);
+		q = g_queue;
+		g_queue = NULL;
+		bool stop = g_stop;
+		pthread_mutex_unlock(&g_lock);
+		while (q) {
+			struct pfs_fetch *next = q->next;
+			start_one(q);
+			q = next;
+		}
+		if (stop)
+			break;
+		curl_multi_perform(g_multi, &running);
+		while ((m = curl_multi_info_read(g_multi, &left))) {
+			struct pfs_fetch *f;
+			if (m->msg != CURLMSG_DONE)
+				continue;
+			curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&f);
+			finish_one(f, m->data.result);
+		}
+		curl_multi_poll(g_multi, NULL, 0, 1000, NULL);
+	}
+	/* Fail everything still in flight. */
+	while (g_active) {
+		snprintf(g_active->curl_err, sizeof g_active->curl_err, "unmounting");
+		finish_one(g_active, CURLE_ABORTED_BY_CALLBACK);
+	}
+	return NULL;
+}
+
+int pfs_fetcher_start(void)
+{
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		return -1;
+	g_multi = curl_multi_init();
+	if (!g_multi)
+		return -1;
+	return pthread_create(&g_thread, NULL, fetcher_main, NULL) == 0 ? 0 : -1;
+}
+
+void pfs_fetcher_stop(void)
+{
+	pthread_mutex_lock(&g_lock);
+	g_stop = true;
+	pthread_mutex_unlock(&g_lock);
+	curl_multi_wakeup(g_multi);
+	pthread_join(g_thread, NULL);
+	curl_multi_cleanup(g_multi);
+	curl_global_cleanup();
+}
+
+void pfs_fetch_submit(struct pfs_fetch *f)
+{
+	pthread_mutex_lock(&g_lock);
+	f->next = g_queue;
+	g_queue = f;
+	pthread_mutex_unlock(&g_lock);
+	curl_multi_wakeup(g_multi);
+}
+
+void pfs_fetch_release(struct pfs_fetch *f)
+{
+	free(f->body);
+	f->body = NULL;
+	f->len = f->cap = 0;
+}

@@ -1,0 +1,114 @@
+/* pprof codec: gunzip and structural validation of profile.proto. */
+#include "pprof.h"
+
+#include "profile.pb-c.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+int pfs_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out, size_t *outlen,
+	       char *err, size_t errlen)
+{
+	z_stream z = {0};
+	size_t cap = len * 4 + 4096, n = 0;
+	uint8_t *buf;
+	int zr;
+
+	*out = NULL;
+	if (len < 18 || in[0] != 0x1f || in[1] != 0x8b) {
+		snprintf(err, errlen, "not gzip data (%zu bytes)", len);
+		return -1;
+	}
+	if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
+		snprintf(err, errlen, "zlib init failed");
+		return -1;
+	}
+	buf = malloc(cap);
+	z.next_in = (Bytef *)in;
+	z.avail_in = (uInt)len;
+	do {
+		if (n == cap) {
+			if (cap >= max_out) {
+				snprintf(err, errlen, "profile larger than %zu bytes uncompressed", max_out);
+				goto fail;
+			}
+			cap = cap * 2 > max_out ? max_out : cap * 2;
+			buf = realloc(buf, cap);
+		}
+		z.next_out = buf + n;
+		z.avail_out = (uInt)(cap - n);
+		zr = inflate(&z, Z_NO_FLUSH);
+		n = cap - z.avail_out;
+		if (zr == Z_BUF_ERROR && z.avail_in == 0) {
+			snprintf(err, errlen, "gzip stream truncated");
+			goto fail;
+		}
+		if (zr != Z_OK && zr != Z_STREAM_END && zr != Z_BUF_ERROR) {
+			snprintf(err, errlen, "gzip: %s", z.msg ? z.msg : "corrupt data");
+			goto fail;
+		}
+	} while (zr != Z_STREAM_END);
+	if (z.avail_in != 0) {
+		snprintf(err, errlen, "%u bytes after the end of the gzip stream", z.avail_in);
+		goto fail;
+	}
+	inflateEnd(&z);
+	*out = buf;
+	*outlen = n;
+	return 0;
+fail:
+	inflateEnd(&z);
+	free(buf);
+	return -1;
+}
+
+static int check_profile(const Perftools__Profiles__Profile *p, char *err, size_t errlen)
+{
+	int64_t nstr = (int64_t)p->n_string_table;
+
+	if (nstr < 1 || p->string_table[0][0] != '\0') {
+		snprintf(err, errlen, "profile.proto: string_table[0] is not \"\"");
+		return -1;
+	}
+	if (p->n_sample_type < 1) {
+		snprintf(err, errlen, "profile.proto: no sample_type");
+		return -1;
+	}
+	for (size_t i = 0; i < p->n_sample_type; i++) {
+		const Perftools__Profiles__ValueType *vt = p->sample_type[i];
+		if (vt->type < 0 || vt->type >= nstr || vt->unit < 0 || vt->unit >= nstr) {
+			snprintf(err, errlen, "profile.proto: sample_type[%zu] string index out of range", i);
+			return -1;
+		}
+	}
+	for (size_t i = 0; i < p->n_sample; i++)
+		if (p->sample[i]->n_value != p->n_sample_type) {
+			snprintf(err, errlen, "profile.proto: sample %zu has %zu values for %zu sample types",
+				 i, p->sample[i]->n_value, p->n_sample_type);
+			return -1;
+		}
+	return 0;
+}
+
+int pfs_pprof_validate_gz(const uint8_t *buf, size_t len, size_t max_raw, char *err,
+			  size_t errlen)
+{
+	Perftools__Profiles__Profile *p;
+	uint8_t *raw;
+	size_t rawlen;
+	int rc;
+
+	if (pfs_gunzip(buf, len, max_raw, &raw, &rawlen, err, errlen))
+		return -1;
+	p = perftools__profiles__profile__unpack(NULL, rawlen, raw);
+	free(raw);
+	if (!p) {
+		snprintf(err, errlen, "not a profile.proto (protobuf decode failed)");
+		return -1;
+	}
+	rc = check_profile(p, err, errlen);
+	perftools__profiles__profile__free_unpacked(p, NULL);
+	return rc;
+}
