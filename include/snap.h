@@ -26,14 +26,17 @@ int pfs_snap_slot_by_name(const struct pfs_service *s, const char *file);
 typedef void (*pfs_snap_round_fn)(const char *round, time_t t, void *arg);
 typedef void (*pfs_snap_file_fn)(const char *file, off_t size, time_t mtime, void *arg);
 
-/* Rounds that hold at least one file, oldest first. */
+/* Rounds that hold at least one file or have fetches in flight, oldest
+ * first. */
 void pfs_snap_list_rounds(struct pfs_service *s, pfs_snap_round_fn fn, void *arg);
-/* Files of one round; -ENOENT if the round holds none. */
+/* Files of one round, once its fetches in flight are done; -ENOENT if the
+ * round holds none. */
 int pfs_snap_list_files(struct pfs_service *s, const char *round, pfs_snap_file_fn fn, void *arg);
 /* Size and mtime of a frozen file; -ENOENT if it does not exist. */
 int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, off_t *size,
 		  time_t *mtime);
-/* The time of a round that holds files; -ENOENT otherwise. */
+/* The time of a round that holds files, once its fetches in flight are
+ * done; -ENOENT otherwise. */
 int pfs_snap_round_time(struct pfs_service *s, const char *round, time_t *t);
 
 /* Make sure the latest round has this slot, fetching it if needed (and
@@ -42,7 +45,10 @@ int pfs_snap_round_time(struct pfs_service *s, const char *round, time_t *t);
  * once when the fetch failed). */
 int pfs_snap_latest(struct pfs_service *s, int slot, char round[PFS_ROUND_NAME_MAX],
 		    off_t *size, time_t *mtime);
-/* Fetch every served slot of the latest round at once and wait for all. */
+/* Start fetching every served slot of the latest round at once; return
+ * without waiting (the round shows up as a <time> directory at once). */
+void pfs_snap_latest_start(struct pfs_service *s);
+/* The same, then wait for all of them. */
 void pfs_snap_latest_all(struct pfs_service *s);
 /* Time of the latest round, or 0 if there is none yet. */
 time_t pfs_snap_latest_time(struct pfs_service *s);

@@ -185,6 +185,10 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
 			filler(buf, l.cluster->services[i].name, NULL, 0, 0);
 		break;
 	case 2:
+		/* Listing a service takes a snapshot (one per latest_ttl): its
+		 * <time> directory is listed now and filled as fetches finish,
+		 * so one rsync run copies the snapshot it caused. */
+		pfs_snap_latest_start(l.service);
 		filler(buf, LATEST, NULL, 0, 0);
 		pfs_snap_list_rounds(l.service, add_round, &d);
 		break;

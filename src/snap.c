@@ -219,9 +219,26 @@ int pfs_snap_init(struct pfs_config *cfg, char *err, size_t errlen)
 		}
 	pfs_cache_scan(on_cached, NULL);
 	for (size_t i = 0; i < cfg->n_clusters; i++)
-		for (size_t j = 0; j < cfg->clusters[i].n_services; j++)
-			prune(&cfg->clusters[i].services[j], now);
+		for (size_t j = 0; j < cfg->clusters[i].n_services; j++) {
+			struct pfs_service *s = &cfg->clusters[i].services[j];
+			struct round *r;
+			prune(s, now);
+			/* A remount within latest_ttl keeps serving the same latest. */
+			for (r = s->state->rounds; r && r->next; r = r->next)
+				;
+			if (r && now >= r->t && now - r->t < (time_t)cfg->latest_ttl)
+				s->state->current = r;
+		}
 	return 0;
+}
+
+static void wait_slot(struct pfs_service *s, struct round *r, int slot);
+
+/* Wait (g_lock held) until no fetch of the round is in flight. */
+static void wait_round(struct pfs_service *s, struct round *r)
+{
+	for (int i = 0; i < pfs_snap_slot_count(s); i++)
+		wait_slot(s, r, i);
 }
 
 /* ---- listing ---- */
@@ -230,7 +247,7 @@ void pfs_snap_list_rounds(struct pfs_service *s, pfs_snap_round_fn fn, void *arg
 {
 	pthread_mutex_lock(&g_lock);
 	for (struct round *r = s->state->rounds; r; r = r->next)
-		if (round_visible(s, r))
+		if (round_visible(s, r) || round_busy(s, r))
 			fn(r->name, r->t, arg);
 	pthread_mutex_unlock(&g_lock);
 }
@@ -242,6 +259,8 @@ int pfs_snap_list_files(struct pfs_service *s, const char *round, pfs_snap_file_
 
 	pthread_mutex_lock(&g_lock);
 	struct round *r = find_round(s, round);
+	if (r)
+		wait_round(s, r);
 	for (int i = 0; r && i < pfs_snap_slot_count(s); i++)
 		if (r->slots[i].st == SLOT_READY) {
 			pfs_snap_slot_name(s, i, name, sizeof name);
@@ -274,6 +293,8 @@ int pfs_snap_round_time(struct pfs_service *s, const char *round, time_t *t)
 
 	pthread_mutex_lock(&g_lock);
 	struct round *r = find_round(s, round);
+	if (r)
+		wait_round(s, r);
 	if (r && round_visible(s, r)) {
 		*t = r->t;
 		rc = 0;
@@ -425,18 +446,28 @@ int pfs_snap_latest(struct pfs_service *s, int slot, char round[PFS_ROUND_NAME_M
 	return rc;
 }
 
-void pfs_snap_latest_all(struct pfs_service *s)
+/* Start every served slot of the latest round; g_lock held. */
+static struct round *start_latest(struct pfs_service *s)
 {
 	time_t now = time(NULL);
-	int n = pfs_snap_slot_count(s);
-
-	pthread_mutex_lock(&g_lock);
 	struct round *r = latest_round(s, now);
-	for (int i = 0; i < n; i++)
+
+	for (int i = 0; i < pfs_snap_slot_count(s); i++)
 		if (pfs_snap_slot_served(s, i))
 			start_slot(s, r, i, now);
-	for (int i = 0; i < n; i++)
-		if (pfs_snap_slot_served(s, i))
-			wait_slot(s, r, i);
+	return r;
+}
+
+void pfs_snap_latest_start(struct pfs_service *s)
+{
+	pthread_mutex_lock(&g_lock);
+	start_latest(s);
+	pthread_mutex_unlock(&g_lock);
+}
+
+void pfs_snap_latest_all(struct pfs_service *s)
+{
+	pthread_mutex_lock(&g_lock);
+	wait_round(s, start_latest(s));
 	pthread_mutex_unlock(&g_lock);
 }

@@ -171,10 +171,15 @@ func main() {
 	token := flag.String("token", "", "require Authorization: Bearer TOKEN")
 	flag.Parse()
 
+	runtime.MemProfileRate = 1
 	runtime.SetBlockProfileRate(1)
 	runtime.SetMutexProfileFraction(1)
 	go burnCPU()
 	go retainHeap()
+	// Let the heap profile show retainHeap from the first request on: it
+	// reports the heap as of the last completed GC.
+	time.Sleep(50 * time.Millisecond)
+	runtime.GC()
 	contendMutex()
 	park := make(chan struct{})
 	for i := 0; i < 3; i++ {

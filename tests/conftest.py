@@ -1,0 +1,185 @@
+"""Fixtures: a real Go pprof target, a real profilefs mount, and helpers.
+
+Every mount is unmounted in teardown, even when the test failed.
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = Path(os.environ.get("PROFILEFS_BUILD", ROOT / "build"))
+PROFILEFS = BUILD / "profilefs"
+GOAPP_SRC = ROOT / "tests" / "goapp" / "main.go"
+GOAPP = BUILD / "goapp"
+PROFILES = ["heap", "allocs", "goroutine", "block", "mutex", "threadcreate", "cpu"]
+
+
+def go_env():
+    env = dict(os.environ)
+    env.update(GO111MODULE="off", GOPROXY="off", GOFLAGS="",
+               GOCACHE=str(BUILD / "gocache"), GOPATH=str(BUILD / "gopath"))
+    return env
+
+
+@pytest.fixture(scope="session")
+def profilefs_bin():
+    assert PROFILEFS.exists(), f"{PROFILEFS} missing: run scripts/build first"
+    return PROFILEFS
+
+
+@pytest.fixture(scope="session")
+def goapp_bin():
+    if not GOAPP.exists() or GOAPP.stat().st_mtime < GOAPP_SRC.stat().st_mtime:
+        subprocess.run(["go", "build", "-o", str(GOAPP), str(GOAPP_SRC)],
+                       check=True, env=go_env(), cwd=GOAPP_SRC.parent)
+    return GOAPP
+
+
+def wait_for(pred, timeout=10.0, what="condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class GoApp:
+    def __init__(self, binary, tmp, *args):
+        self.port_file = tmp / f"goapp-{time.monotonic_ns()}.port"
+        self.log = open(tmp / f"{self.port_file.name}.log", "w")
+        self.proc = subprocess.Popen([str(binary), "-port-file", str(self.port_file), *args],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for(self.port_file.exists, what="goapp port file")
+        self.port = int(self.port_file.read_text())
+        self.base = f"http://127.0.0.1:{self.port}/debug/pprof"
+
+    def fault(self, mode):
+        return f"http://127.0.0.1:{self.port}/fault/{mode}/debug/pprof"
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def goapp(goapp_bin, tmp_path):
+    """Factory: goapp(*flags) starts a Go pprof target, killed at teardown."""
+    apps = []
+
+    def start(*args):
+        app = GoApp(goapp_bin, tmp_path, *args)
+        apps.append(app)
+        return app
+
+    yield start
+    for app in apps:
+        app.stop()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
+def unmount(path):
+    if is_mounted(path):
+        r = subprocess.run(["fusermount3", "-u", str(path)], capture_output=True)
+        if r.returncode != 0:
+            subprocess.run(["fusermount3", "-uz", str(path)], capture_output=True)
+
+
+class Mount:
+    def __init__(self, binary, tmp, config, extra_args=(), name="mnt"):
+        self.tmp = tmp
+        self.path = tmp / name
+        self.path.mkdir(exist_ok=True)
+        self.config_path = tmp / f"{name}.json"
+        config.setdefault("cache_dir", str(tmp / f"{name}-cache"))
+        self.cache = Path(config["cache_dir"])
+        self.config_path.write_text(json.dumps(config, indent=1))
+        self.config_path.chmod(0o600)
+        self.log_path = tmp / f"{name}.log"
+        self.binary = binary
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.logf = open(self.log_path, "a")
+        self.proc = subprocess.Popen(
+            [str(self.binary), "-f", "-c", str(self.config_path), *self.extra_args, str(self.path)],
+            stdout=self.logf, stderr=subprocess.STDOUT)
+        wait_for(lambda: is_mounted(self.path) or self.proc.poll() is not None, what="mount")
+        assert self.proc.poll() is None, f"profilefs exited: {self.log()}"
+
+    def stop(self):
+        unmount(self.path)
+        if self.proc and self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.logf.close()
+
+    def restart(self):
+        self.stop()
+        self.start()
+
+    def log(self):
+        return self.log_path.read_text()
+
+    def error_lines(self):
+        return [l for l in self.log().splitlines() if ": error: " in l]
+
+    def cached_files(self):
+        return sorted(str(p.relative_to(self.cache)) for p in self.cache.rglob("*")
+                      if p.is_file() and ".tmp" not in p.parts)
+
+
+@pytest.fixture
+def mount(profilefs_bin, tmp_path):
+    """Factory: mount(config_dict, extra_args=(), name="mnt") -> Mount."""
+    mounts = []
+
+    def make(config, extra_args=(), name="mnt"):
+        m = Mount(profilefs_bin, tmp_path, config, extra_args, name)
+        mounts.append(m)
+        return m
+
+    yield make
+    for m in mounts:
+        m.stop()
+
+
+def config_for(services, **top):
+    """A config with one cluster "local"; services maps name -> targets."""
+    cfg = {"cpu_seconds": 1, "timeout": 5, "retry_after": 0}
+    cfg.update(top)
+    cfg["clusters"] = {"local": {"services": {
+        name: (t if isinstance(t, dict) else {"targets": t}) for name, t in services.items()}}}
+    return cfg
+
+
+def pprof_top(path):
+    """`go tool pprof -top FILE`; asserts it accepted the file."""
+    r = subprocess.run(["go", "tool", "pprof", "-top", str(path)], capture_output=True,
+                       text=True, env=go_env(), timeout=60)
+    assert r.returncode == 0, f"go tool pprof rejected {path}: {r.stderr}"
+    return r.stdout
