@@ -147,6 +147,16 @@ static bool header_is_secret(const char *name)
 	       strcasestr(name, "auth");
 }
 
+/* where + key as a field path: .name, or ."name" when the name is not
+ * a plain one (so that "..", "a/b" or "" read unambiguously). */
+static void key_path(char *out, size_t outlen, const char *where, const char *key)
+{
+	if (pfs_name_is_safe(key))
+		snprintf(out, outlen, "%s%s", where, key);
+	else
+		snprintf(out, outlen, "%s\"%s\"", where, key);
+}
+
 static int check_keys(struct parser *p, json_t *obj, const char *where, const char *const *allowed)
 {
 	const char *key;
@@ -158,7 +168,7 @@ static int check_keys(struct parser *p, json_t *obj, const char *where, const ch
 			ok = ok || strcmp(*a, key) == 0;
 		if (!ok) {
 			char field[512];
-			snprintf(field, sizeof field, "%s%s", where, key);
+			key_path(field, sizeof field, where, key);
 			return fail(p, field, "unknown field");
 		}
 	}
@@ -196,7 +206,9 @@ static int parse_settings(struct parser *p, json_t *obj, const char *where, stru
 			if (!json_is_string(hv) || !*k || strpbrk(k, ":\r\n ") ||
 			    strpbrk(json_string_value(hv), "\r\n")) {
 				json_decref(merged);
-				snprintf(field, sizeof field, "%sheaders.%s", where, k);
+				char sub[512];
+				snprintf(sub, sizeof sub, "%sheaders.", where);
+				key_path(field, sizeof field, sub, k);
 				return fail(p, field, "must be a header name with a one-line string value");
 			}
 			if (header_is_secret(k))
@@ -443,7 +455,9 @@ static int parse_cluster(struct parser *p, const char *name, json_t *obj, const 
 	c->services = calloc(json_object_size(services), sizeof *c->services);
 	json_object_foreach(services, sname, sv) {
 		struct pfs_service *svc = &c->services[c->n_services++];
-		snprintf(field, sizeof field, "%s.services.%s", where, sname);
+		char sub[512];
+		snprintf(sub, sizeof sub, "%s.services.", where);
+		key_path(field, sizeof field, sub, sname);
 		svc->cluster = c;
 		if (!pfs_name_is_safe(sname)) {
 			fail(p, field, "service name must be 1-200 of [A-Za-z0-9._-], not starting with '.'");
@@ -510,7 +524,7 @@ static int parse_top(struct parser *p, json_t *root, struct pfs_config *cfg)
 	cfg->clusters = calloc(json_object_size(clusters), sizeof *cfg->clusters);
 	json_object_foreach(clusters, cname, cv) {
 		struct pfs_cluster *c = &cfg->clusters[cfg->n_clusters++];
-		snprintf(field, sizeof field, "clusters.%s", cname);
+		key_path(field, sizeof field, "clusters.", cname);
 		if (!pfs_name_is_safe(cname)) {
 			fail(p, field, "cluster name must be 1-200 of [A-Za-z0-9._-], not starting with '.'");
 			goto out;

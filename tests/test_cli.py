@@ -1,0 +1,110 @@
+"""Command line: help, version, config errors, fstab-style mounting."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import PROFILEFS, config_for, is_mounted, unmount, wait_for
+
+
+def run(*args, **kw):
+    return subprocess.run([str(PROFILEFS), *args], capture_output=True, text=True, timeout=30, **kw)
+
+
+def test_help_and_version(profilefs_bin):
+    r = run("--help")
+    assert r.returncode == 0
+    assert "usage: profilefs" in r.stdout and "-c, --config=FILE" in r.stdout
+    assert "-o allow_other" in r.stdout  # FUSE's own options follow
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.startswith("profilefs 0.1.0 (libfuse 3.")
+
+
+def test_no_arguments_is_usage_error(profilefs_bin):
+    r = run()
+    assert r.returncode == 2 and "no mountpoint" in r.stderr
+
+
+BAD_CONFIGS = [
+    ("{not json", "line 1"),
+    ("[]", "(top level): must be a JSON object"),
+    ({"clusters": {}}, "clusters: must be a non-empty object"),
+    ({"clusters": {"c": {"services": {"s": {"targets": [42]}}}}},
+     "clusters.c.services.s.targets[0]: a target must be a URL string"),
+    ({"clusters": {"c": {"services": {"s": {"targets": [{"url": "ftp://x"}]}}}}},
+     "clusters.c.services.s.targets[0].url: must be an http:// or https:// URL"),
+    ({"clusters": {"c": {"services": {"s": {"targets": ["http://x"], "profiels": []}}}}},
+     "clusters.c.services.s.profiels: unknown field"),
+    ({"clusters": {"c": {"services": {"s": {"targets": ["http://x"], "profiles": ["trace"]}}}}},
+     "clusters.c.services.s.profiles[0]: must be one of"),
+    ({"clusters": {"c": {"services": {"..": {"targets": ["http://x"]}}}}},
+     "clusters.c.services.\"..\": service name must be"),
+    ({"clusters": {"a/b": {"services": {"s": {"targets": ["http://x"]}}}}},
+     "clusters.\"a/b\": cluster name must be"),
+    ({"clusters": {"c": {"services": {"s": {"targets": [{"url": "http://x", "name": "../up"}]}}}}},
+     "clusters.c.services.s.targets[0].name: must be"),
+    ({"clusters": {"c": {"services": {"s": {"targets": ["http://x:1", "http://x:1"]}}}}},
+     "clusters.c.services.s.targets[1].name: target name \"x_1\" is used twice"),
+    ({"timeout": "soon", "clusters": {"c": {"services": {"s": {"targets": ["http://x"]}}}}},
+     "timeout: must be a duration"),
+    ({"clusters": {"c": {"services": {"s": {"targets": ["http://x"],
+                                            "bearer_token_env": "PFS_UNSET_VAR"}}}}},
+     "clusters.c.services.s.bearer_token_env: environment variable PFS_UNSET_VAR is not set"),
+    ({"clusters": {"c": {"kind": "zipkin", "services": {"s": {"targets": ["http://x"]}}}}},
+     "clusters.c.kind: unknown source kind"),
+]
+
+
+@pytest.mark.parametrize("cfg,msg", BAD_CONFIGS, ids=[m for _, m in BAD_CONFIGS])
+def test_bad_config_is_one_line_exit_2_nothing_mounted(profilefs_bin, tmp_path, cfg, msg):
+    path = tmp_path / "c.json"
+    path.write_text(cfg if isinstance(cfg, str) else json.dumps(cfg))
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PFS_UNSET_VAR"}
+    r = run("-f", "-c", str(path), str(mnt), env=env)
+    try:
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        assert lines[0].startswith(f"profilefs: error: config {path}: ")
+        assert msg in lines[0], lines[0]
+        assert not is_mounted(mnt)
+    finally:
+        unmount(mnt)
+
+
+def test_missing_config_file(profilefs_bin, tmp_path):
+    r = run("-f", "-c", str(tmp_path / "nope.json"), str(tmp_path))
+    assert r.returncode == 2 and "nope.json" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+@pytest.mark.skipif(shutil.which("mount") is None, reason="no mount(8)")
+def test_mount_t_fuse_profilefs_like_fstab(goapp, tmp_path):
+    """What an /etc/fstab line does: mount(8) runs the fuse helper, which runs
+    `profilefs CONFIG DIR -o OPTS`. `-t fuse.profilefs` finds profilefs on the
+    helper's PATH (/usr/local/bin after meson install); the "prog#source" form
+    used here runs the same command with the binary from the build tree."""
+    app = goapp()
+    cfg = config_for({"app": {"targets": [app.base], "profiles": ["heap"]}},
+                     cache_dir=str(tmp_path / "cache"))
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    path.chmod(0o600)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "fuse", f"{PROFILEFS}#{path}", str(mnt),
+                        "-o", "rw,allow_other,nodev,nosuid"], capture_output=True, text=True,
+                       timeout=30)
+    try:
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: is_mounted(mnt), what="mount")
+        assert (mnt / "local/app/latest/heap.pb.gz").read_bytes()[:2] == b"\x1f\x8b"
+        with open("/proc/self/mounts") as f:
+            fields = next(l for l in f if l.split()[1] == str(mnt)).split()
+        assert fields[0] == str(path) and fields[2] == "fuse.profilefs"
+        assert "ro" in fields[3].split(",")  # read-only even when asked for rw
+    finally:
+        unmount(mnt)

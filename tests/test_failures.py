@@ -1,0 +1,142 @@
+"""A failed scrape is EIO with one log line, and leaves nothing behind."""
+import errno
+import os
+import re
+import time
+
+import pytest
+
+from conftest import GoApp, config_for, free_port, pprof_top, wait_for
+
+# fault mode of the Go target -> what the one log line must say
+FAULTS = {
+    "status500": "HTTP 500",
+    "notfound": "HTTP 404",
+    "slow": "timed out",
+    "cut": "invalid profile: gzip stream truncated",
+    "reset": "HTTP 200, transfer closed",
+    "garbage": "invalid profile",
+    "empty": "invalid profile: not gzip data (0 bytes)",
+    "html": "invalid profile: not gzip data",
+    "rawproto": "invalid profile: not gzip data",
+}
+
+
+def assert_eio(path):
+    with pytest.raises(OSError) as e:
+        with open(path, "rb") as f:
+            f.read()
+    assert e.value.errno == errno.EIO, e.value
+    with pytest.raises(OSError) as e:
+        os.stat(path)
+    assert e.value.errno == errno.EIO
+
+
+def assert_nothing_cached(m, svc="bad"):
+    assert m.cached_files() == []
+    assert os.listdir(m.cache / ".tmp") == []
+    svc_dir = m.path / "local" / svc
+    # the snapshot attempt shows while in flight, then is gone: no empty dir
+    wait_for(lambda: os.listdir(svc_dir) == ["latest"], timeout=10, what="failed round to vanish")
+
+
+@pytest.mark.parametrize("mode", sorted(FAULTS))
+def test_broken_target_gives_eio_and_one_log_line(goapp, mount, mode):
+    app = goapp()
+    url = app.fault(mode)
+    m = mount(config_for({"bad": {"targets": [url], "timeout": 2, "profiles": ["heap"]}},
+                         retry_after=60))
+    assert_eio(m.path / "local/bad/latest/heap.pb.gz")
+    errs = m.error_lines()
+    assert len(errs) == 1, errs
+    assert f"{url}/heap" in errs[0] and "local/bad heap" in errs[0]
+    assert FAULTS[mode] in errs[0], errs[0]
+    assert_nothing_cached(m)
+    assert len(m.error_lines()) == 1  # retry_after: no second fetch, no second line
+
+
+def test_target_down_then_back(goapp_bin, mount, tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/debug/pprof"
+    m = mount(config_for({"bad": [url]}, retry_after=0))
+    heap = m.path / "local/bad/latest/heap.pb.gz"
+    assert_eio(heap)
+    errs = m.error_lines()
+    assert errs and all(re.search(r"HTTP 0, .*(refused|connect)", e, re.I) for e in errs), errs
+    assert f"{url}/heap" in errs[0]
+    assert m.cached_files() == []
+
+    app = GoApp(goapp_bin, tmp_path, "-addr", f"127.0.0.1:{port}")
+    try:
+        data = heap.read_bytes()
+        assert data[:2] == b"\x1f\x8b" and os.stat(heap).st_size == len(data)
+        (tmp_path / "heap.pb.gz").write_bytes(data)
+        pprof_top(tmp_path / "heap.pb.gz")
+        assert any(f.endswith("/heap.pb.gz") for f in m.cached_files())
+    finally:
+        app.stop()
+
+
+def test_one_bad_profile_does_not_spoil_the_others(goapp, mount):
+    app = goapp()
+    # cpu through "notfound" fails; everything else of the snapshot is served
+    m = mount(config_for({"mix": {"targets": [{"url": app.base, "name": "ok"},
+                                              {"url": app.fault("notfound"), "name": "gone"}],
+                                  "profiles": ["heap", "goroutine"]}}, retry_after=60))
+    latest = m.path / "local/mix/latest"
+    assert sorted(os.listdir(latest)) == ["goroutine.gone.pb.gz", "goroutine.ok.pb.gz",
+                                          "heap.gone.pb.gz", "heap.ok.pb.gz"]
+    assert os.stat(latest / "heap.ok.pb.gz").st_size > 0
+    assert_eio(latest / "heap.gone.pb.gz")
+    rounds = [n for n in os.listdir(m.path / "local/mix") if n != "latest"]
+    assert len(rounds) == 1
+    assert sorted(os.listdir(m.path / "local/mix" / rounds[0])) == ["goroutine.ok.pb.gz",
+                                                                    "heap.ok.pb.gz"]
+    assert len(m.error_lines()) == 2  # one per failed fetch
+
+
+def test_oversized_profile_is_refused(goapp, mount):
+    app = goapp()
+    m = mount(config_for({"bad": {"targets": [app.base], "profiles": ["goroutine"]}},
+                         max_profile_bytes=1024, retry_after=60))
+    assert_eio(m.path / "local/bad/latest/goroutine.pb.gz")
+    errs = m.error_lines()
+    assert len(errs) == 1 and "larger than 1024 bytes" in errs[0], errs
+    assert m.cached_files() == []
+
+
+def test_wrong_token_is_eio_and_token_never_logged(goapp, mount, tmp_path, monkeypatch):
+    app = goapp("-token", "s3cr3t-good")
+    monkeypatch.setenv("PFS_TEST_TOKEN", "s3cr3t-good")
+    cfg = config_for({"good": {"targets": [app.base], "bearer_token_env": "PFS_TEST_TOKEN"},
+                      "bad": {"targets": [app.base], "bearer_token": "s3cr3t-wrong"}},
+                     retry_after=60)
+    m = mount(cfg, extra_args=["-d"])
+    data = (m.path / "local/good/latest/heap.pb.gz").read_bytes()
+    assert data[:2] == b"\x1f\x8b"
+    assert_eio(m.path / "local/bad/latest/heap.pb.gz")
+    errs = m.error_lines()
+    assert len(errs) == 1 and "HTTP 401" in errs[0], errs
+    log = m.log()
+    assert "s3cr3t" not in log
+
+
+def test_world_readable_config_with_secret_warns(goapp, mount):
+    app = goapp()
+    m = mount(config_for({"app": {"targets": [app.base], "bearer_token": "abc"}}))
+    m.stop()
+    m.config_path.chmod(0o644)
+    m.start()
+    warn = [l for l in m.log().splitlines() if ": warning: " in l]
+    assert len(warn) == 1 and "readable by others" in warn[0] and str(m.config_path) in warn[0]
+    assert "abc" not in m.log()
+
+
+def test_userinfo_in_url_is_not_logged(goapp, mount):
+    app = goapp()
+    url = f"http://user:pa55word@127.0.0.1:{app.port}/fault/status500/debug/pprof?key=k3y"
+    m = mount(config_for({"bad": [url]}, retry_after=60))
+    assert_eio(m.path / "local/bad/latest/heap.pb.gz")
+    log = m.log()
+    assert "pa55word" not in log and "k3y" not in log and "user:" not in log
+    assert f"127.0.0.1:{app.port}/fault/status500/debug/pprof/heap" in m.error_lines()[0]
