@@ -157,6 +157,14 @@ static void key_path(char *out, size_t outlen, const char *where, const char *ke
 		snprintf(out, outlen, "%s\"%s\"", where, key);
 }
 
+/* A config name used as a path component as it is. */
+static int check_name(struct parser *p, const char *field, const char *what, const char *name)
+{
+	if (pfs_name_is_safe(name))
+		return 0;
+	return fail(p, field, "%s must be 1-200 of [A-Za-z0-9._-], not starting with '.'", what);
+}
+
 static int check_keys(struct parser *p, json_t *obj, const char *where, const char *const *allowed)
 {
 	const char *key;
@@ -330,11 +338,9 @@ static int parse_target(struct parser *p, json_t *v, const char *where, const st
 	t->url = strdup(url);
 	for (size_t n = strlen(t->url); n > 0 && t->url[n - 1] == '/'; n--)
 		t->url[n - 1] = '\0';
-	if (name && !pfs_name_is_safe(name)) {
-		snprintf(field, sizeof field, "%s.name", where);
-		fail(p, field, "must be 1-200 of [A-Za-z0-9._-], not starting with '.'");
+	snprintf(field, sizeof field, "%s.name", where);
+	if (name && check_name(p, field, "a target name", name))
 		goto out;
-	}
 	if (name) {
 		t->name = strdup(name);
 	} else {
@@ -459,11 +465,8 @@ static int parse_cluster(struct parser *p, const char *name, json_t *obj, const 
 		snprintf(sub, sizeof sub, "%s.services.", where);
 		key_path(field, sizeof field, sub, sname);
 		svc->cluster = c;
-		if (!pfs_name_is_safe(sname)) {
-			fail(p, field, "service name must be 1-200 of [A-Za-z0-9._-], not starting with '.'");
-			goto out;
-		}
-		if (parse_service(p, sname, sv, field, &s, svc))
+		if (check_name(p, field, "service name", sname) ||
+		    parse_service(p, sname, sv, field, &s, svc))
 			goto out;
 	}
 	rc = 0;
@@ -525,11 +528,8 @@ static int parse_top(struct parser *p, json_t *root, struct pfs_config *cfg)
 	json_object_foreach(clusters, cname, cv) {
 		struct pfs_cluster *c = &cfg->clusters[cfg->n_clusters++];
 		key_path(field, sizeof field, "clusters.", cname);
-		if (!pfs_name_is_safe(cname)) {
-			fail(p, field, "cluster name must be 1-200 of [A-Za-z0-9._-], not starting with '.'");
-			goto out;
-		}
-		if (parse_cluster(p, cname, cv, field, &s, c))
+		if (check_name(p, field, "cluster name", cname) ||
+		    parse_cluster(p, cname, cv, field, &s, c))
 			goto out;
 	}
 	rc = 0;

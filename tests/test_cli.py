@@ -44,7 +44,7 @@ BAD_CONFIGS = [
     ({"clusters": {"a/b": {"services": {"s": {"targets": ["http://x"]}}}}},
      "clusters.\"a/b\": cluster name must be"),
     ({"clusters": {"c": {"services": {"s": {"targets": [{"url": "http://x", "name": "../up"}]}}}}},
-     "clusters.c.services.s.targets[0].name: must be"),
+     "clusters.c.services.s.targets[0].name: a target name must be"),
     ({"clusters": {"c": {"services": {"s": {"targets": ["http://x:1", "http://x:1"]}}}}},
      "clusters.c.services.s.targets[1].name: target name \"x_1\" is used twice"),
     ({"timeout": "soon", "clusters": {"c": {"services": {"s": {"targets": ["http://x"]}}}}},
