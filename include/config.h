@@ -49,6 +49,14 @@ struct pfs_cluster {
 	size_t n_services;
 };
 
+/* A merged/<name>/ directory: every snapshot of the last `seconds`. */
+struct pfs_range {
+	char name[32];
+	double seconds;
+};
+
+#define PFS_MAX_RANGES 8
+
 struct pfs_config {
 	char *path;
 	char *cache_dir;
@@ -56,6 +64,8 @@ struct pfs_config {
 	double latest_ttl;    /* seconds one "latest" snapshot is reused */
 	double retry_after;   /* seconds a failed fetch is remembered */
 	size_t max_bytes;     /* largest profile accepted */
+	struct pfs_range merged[PFS_MAX_RANGES];
+	size_t n_merged;
 	struct pfs_cluster *clusters;
 	size_t n_clusters;
 };

@@ -11,6 +11,19 @@
 int pfs_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out, size_t *outlen,
 	       char *err, size_t errlen);
 
+/* gzip (with header and CRC) len bytes into *out (malloc'd). */
+int pfs_gzip(const uint8_t *in, size_t len, uint8_t **out, size_t *outlen, char *err,
+	     size_t errlen);
+
+struct Perftools__Profiles__Profile;
+/* Gunzip, decode and check a profile (as pfs_pprof_validate_gz); NULL with
+ * a reason in err. Free with perftools__profiles__profile__free_unpacked. */
+struct Perftools__Profiles__Profile *pfs_pprof_decode_gz(const uint8_t *buf, size_t len,
+							size_t max_raw, char *err, size_t errlen);
+/* Decode and check an uncompressed profile.proto. */
+struct Perftools__Profiles__Profile *pfs_pprof_decode_raw(const uint8_t *raw, size_t len,
+							 char *err, size_t errlen);
+
 /* Check that buf is what a pprof endpoint serves: a gzip stream of a
  * Profile that decodes, has string_table[0] == "", at least one sample
  * type, in-range string indices for the sample types and one value per

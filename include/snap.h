@@ -53,6 +53,17 @@ void pfs_snap_latest_all(struct pfs_service *s);
 /* Time of the latest round, or 0 if there is none yet. */
 time_t pfs_snap_latest_time(struct pfs_service *s);
 
+/* A frozen file that a merge reads. */
+struct pfs_snap_input {
+	char round[PFS_ROUND_NAME_MAX];
+	char file[256];
+	time_t t;
+};
+/* Frozen files of one profile, every target, in rounds from `since` on,
+ * oldest first; *out is malloc'd. Returns how many. */
+size_t pfs_snap_inputs(struct pfs_service *s, int profile, time_t since,
+		       struct pfs_snap_input **out);
+
 /* Per-target counters, for status reporting. */
 struct pfs_target_stats {
 	time_t last_fetch;  /* finish time of the last fetch, 0 if none */

@@ -475,10 +475,41 @@ out:
 	return rc;
 }
 
+/* "merged": ["24h", "7d"]: names of merged/<range>/ directories. */
+static int parse_ranges(struct parser *p, json_t *v, struct pfs_config *cfg)
+{
+	char field[64];
+	json_t *rv;
+	size_t i;
+
+	if (!v) {
+		snprintf(cfg->merged[0].name, sizeof cfg->merged[0].name, "24h");
+		cfg->merged[0].seconds = 86400;
+		cfg->n_merged = 1;
+		return 0;
+	}
+	if (!json_is_array(v) || json_array_size(v) > PFS_MAX_RANGES)
+		return fail(p, "merged", "must be an array of at most %d durations like \"24h\"",
+			    PFS_MAX_RANGES);
+	json_array_foreach(v, i, rv) {
+		struct pfs_range *r = &cfg->merged[cfg->n_merged++];
+		const char *s = json_is_string(rv) ? json_string_value(rv) : "";
+		snprintf(field, sizeof field, "merged[%zu]", i);
+		r->seconds = pfs_parse_duration(s);
+		if (r->seconds < 1 || !pfs_name_is_safe(s) || strlen(s) >= sizeof r->name)
+			return fail(p, field, "must be a duration string like \"24h\" or \"7d\"");
+		snprintf(r->name, sizeof r->name, "%s", s);
+		for (size_t j = 0; j + 1 < cfg->n_merged; j++)
+			if (strcmp(cfg->merged[j].name, s) == 0)
+				return fail(p, field, "\"%s\" is listed twice", s);
+	}
+	return 0;
+}
+
 static int parse_top(struct parser *p, json_t *root, struct pfs_config *cfg)
 {
 	static const char *const keys[] = {"cache_dir", "retention", "latest_ttl", "retry_after",
-					   "max_profile_bytes", "clusters", SETTING_KEYS, NULL};
+					   "max_profile_bytes", "merged", "clusters", SETTING_KEYS, NULL};
 	struct settings s = {.timeout = 10, .cpu_seconds = 10, .profiles = ALL_PROFILES};
 	const char *cache_dir = NULL, *cname;
 	json_t *clusters, *cv, *mb;
@@ -497,6 +528,8 @@ static int parse_top(struct parser *p, json_t *root, struct pfs_config *cfg)
 			return fail(p, "max_profile_bytes", "must be an integer of at least 1024");
 		cfg->max_bytes = (size_t)json_integer_value(mb);
 	}
+	if (parse_ranges(p, json_object_get(root, "merged"), cfg))
+		return -1;
 	if (cache_dir) {
 		cfg->cache_dir = strdup(cache_dir);
 	} else if (geteuid() == 0) {

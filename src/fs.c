@@ -2,11 +2,14 @@
 #include "fs.h"
 
 #include "cache.h"
+#include "merged.h"
 #include "snap.h"
+#include "status.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -23,46 +26,111 @@ void pfs_fs_setup(struct pfs_config *cfg)
 	g_mount_time = time(NULL);
 }
 
-/* A path split into what it names. depth 0 is the root, 4 a file. */
+/* What a path names. */
+enum node {
+	N_ROOT,
+	N_STATUS,       /* /.status.json */
+	N_CLUSTER,
+	N_SERVICE,
+	N_LATEST,       /* <s>/latest */
+	N_LATEST_FILE,
+	N_ROUND,        /* <s>/<time> */
+	N_ROUND_FILE,
+	N_MERGED,       /* <s>/merged */
+	N_RANGE,        /* <s>/merged/<range> */
+	N_RANGE_FILE,
+};
+
 struct loc {
-	int depth;
+	enum node node;
 	struct pfs_cluster *cluster;
 	struct pfs_service *service;
-	int latest;                    /* depth >= 3: the "latest" directory */
-	char round[PFS_ROUND_NAME_MAX];/* depth >= 3 and !latest */
-	char file[256];                /* depth 4 */
+	const struct pfs_range *range;
+	char round[PFS_ROUND_NAME_MAX];
+	char file[256];
+	int slot;     /* N_LATEST_FILE */
+	int profile;  /* N_RANGE_FILE */
 };
+
+static int profile_by_file(const char *file)
+{
+	char name[64];
+
+	for (int p = 0; p < PFS_NPROFILES; p++) {
+		snprintf(name, sizeof name, "%s.pb.gz", pfs_profile_names[p]);
+		if (strcmp(name, file) == 0)
+			return p;
+	}
+	return -1;
+}
+
+static int copy_part(char *dst, size_t dstlen, const char *part)
+{
+	if (strlen(part) >= dstlen)
+		return -ENOENT;
+	memcpy(dst, part, strlen(part) + 1);
+	return 0;
+}
 
 static int parse_path(const char *path, struct loc *l)
 {
 	char buf[1024], *save = NULL, *part;
+	int depth = 0;
 
 	memset(l, 0, sizeof *l);
 	if (strlen(path) >= sizeof buf)
 		return -ENAMETOOLONG;
 	snprintf(buf, sizeof buf, "%s", path);
+	l->node = N_ROOT;
 	for (part = strtok_r(buf, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
-		switch (++l->depth) {
+		switch (++depth) {
 		case 1:
+			if (strcmp(part, PFS_STATUS_FILE) == 0) {
+				l->node = N_STATUS;
+				break;
+			}
 			if (!(l->cluster = pfs_config_cluster(g_cfg, part)))
 				return -ENOENT;
+			l->node = N_CLUSTER;
 			break;
 		case 2:
-			if (!(l->service = pfs_config_service(l->cluster, part)))
+			if (l->node != N_CLUSTER || !(l->service = pfs_config_service(l->cluster, part)))
 				return -ENOENT;
+			l->node = N_SERVICE;
 			break;
 		case 3:
 			if (strcmp(part, LATEST) == 0)
-				l->latest = 1;
-			else if (strlen(part) < sizeof l->round)
-				memcpy(l->round, part, strlen(part) + 1);
+				l->node = N_LATEST;
+			else if (strcmp(part, PFS_MERGED_DIR) == 0)
+				l->node = N_MERGED;
+			else if (copy_part(l->round, sizeof l->round, part) == 0)
+				l->node = N_ROUND;
 			else
 				return -ENOENT;
 			break;
 		case 4:
-			if (strlen(part) >= sizeof l->file)
+			if (l->node == N_MERGED) {
+				if (!(l->range = pfs_merged_range(g_cfg, part)))
+					return -ENOENT;
+				l->node = N_RANGE;
+				break;
+			}
+			if (copy_part(l->file, sizeof l->file, part))
 				return -ENOENT;
-			memcpy(l->file, part, strlen(part) + 1);
+			if (l->node == N_LATEST) {
+				if ((l->slot = pfs_snap_slot_by_name(l->service, part)) < 0)
+					return -ENOENT;
+				l->node = N_LATEST_FILE;
+			} else {
+				l->node = N_ROUND_FILE;
+			}
+			break;
+		case 5:
+			if (l->node != N_RANGE || (l->profile = profile_by_file(part)) < 0 ||
+			    !(l->service->profiles & (1u << l->profile)))
+				return -ENOENT;
+			copy_part(l->file, sizeof l->file, part);
+			l->node = N_RANGE_FILE;
 			break;
 		default:
 			return -ENOENT;
@@ -91,9 +159,9 @@ static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *
 {
 	char round[PFS_ROUND_NAME_MAX];
 	struct loc l;
-	off_t size;
-	time_t t;
-	int rc, slot;
+	off_t size = 0;
+	time_t t = g_mount_time;
+	int rc;
 
 	(void)fi;
 	memset(st, 0, sizeof *st);
@@ -101,36 +169,45 @@ static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *
 	st->st_gid = getgid();
 	if ((rc = parse_path(path, &l)))
 		return rc;
-	switch (l.depth) {
-	case 0:
-	case 1:
-	case 2:
-		fill_dir(st, g_mount_time);
-		return 0;
-	case 3:
-		if (l.latest) {
-			t = pfs_snap_latest_time(l.service);
-			fill_dir(st, t ? t : g_mount_time);
-			return 0;
-		}
-		if ((rc = pfs_snap_round_time(l.service, l.round, &t)))
-			return rc;
-		fill_dir(st, t);
-		return 0;
-	default:
-		if (!l.latest) {
-			if ((rc = pfs_snap_stat(l.service, l.round, l.file, &size, &t)))
-				return rc;
-			fill_file(st, size, t);
-			return 0;
-		}
-		if ((slot = pfs_snap_slot_by_name(l.service, l.file)) < 0)
-			return -ENOENT;
-		if ((rc = pfs_snap_latest(l.service, slot, round, &size, &t)))
-			return rc;
-		fill_file(st, size, t);
-		return 0;
+	switch (l.node) {
+	case N_ROOT:
+	case N_CLUSTER:
+	case N_SERVICE:
+	case N_MERGED:
+	case N_RANGE:
+		break;
+	case N_LATEST:
+		if (!(t = pfs_snap_latest_time(l.service)))
+			t = g_mount_time;
+		break;
+	case N_ROUND:
+		rc = pfs_snap_round_time(l.service, l.round, &t);
+		break;
+	case N_STATUS: {
+		size_t len;
+		free(pfs_status_json(g_cfg, g_mount_time, &len));
+		size = (off_t)len;
+		t = time(NULL);
+		break;
 	}
+	case N_LATEST_FILE:
+		rc = pfs_snap_latest(l.service, l.slot, round, &size, &t);
+		break;
+	case N_ROUND_FILE:
+		rc = pfs_snap_stat(l.service, l.round, l.file, &size, &t);
+		break;
+	case N_RANGE_FILE:
+		rc = pfs_merged_stat(l.service, l.range, l.profile, &size, &t);
+		break;
+	}
+	if (rc)
+		return rc;
+	if (l.node == N_STATUS || l.node == N_LATEST_FILE || l.node == N_ROUND_FILE ||
+	    l.node == N_RANGE_FILE)
+		fill_file(st, size, t);
+	else
+		fill_dir(st, t);
+	return 0;
 }
 
 struct dir_fill {
@@ -166,35 +243,33 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
 	(void)flags;
 	if ((rc = parse_path(path, &l)))
 		return rc;
-	if (l.depth == 4)
-		return -ENOTDIR;
-	if (l.depth == 3 && !l.latest) {
+	if (l.node == N_ROUND) {
 		time_t t;
 		if ((rc = pfs_snap_round_time(l.service, l.round, &t)))
 			return rc;
 	}
 	filler(buf, ".", NULL, 0, 0);
 	filler(buf, "..", NULL, 0, 0);
-	switch (l.depth) {
-	case 0:
+	switch (l.node) {
+	case N_ROOT:
 		for (size_t i = 0; i < g_cfg->n_clusters; i++)
 			filler(buf, g_cfg->clusters[i].name, NULL, 0, 0);
-		break;
-	case 1:
+		return 0;
+	case N_CLUSTER:
 		for (size_t i = 0; i < l.cluster->n_services; i++)
 			filler(buf, l.cluster->services[i].name, NULL, 0, 0);
-		break;
-	case 2:
+		return 0;
+	case N_SERVICE:
 		/* Listing a service takes a snapshot (one per latest_ttl): its
 		 * <time> directory is listed now and filled as fetches finish,
 		 * so one rsync run copies the snapshot it caused. */
 		pfs_snap_latest_start(l.service);
 		filler(buf, LATEST, NULL, 0, 0);
+		if (g_cfg->n_merged)
+			filler(buf, PFS_MERGED_DIR, NULL, 0, 0);
 		pfs_snap_list_rounds(l.service, add_round, &d);
-		break;
-	case 3:
-		if (!l.latest)
-			return pfs_snap_list_files(l.service, l.round, add_file, &d);
+		return 0;
+	case N_LATEST:
 		/* Listing latest scrapes all of it at once, so the stat calls
 		 * that follow (ls -l, rsync, cp -r) find every file ready. */
 		pfs_snap_latest_all(l.service);
@@ -203,61 +278,114 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
 				pfs_snap_slot_name(l.service, i, name, sizeof name);
 				filler(buf, name, NULL, 0, 0);
 			}
-		break;
+		return 0;
+	case N_ROUND:
+		return pfs_snap_list_files(l.service, l.round, add_file, &d);
+	case N_MERGED:
+		for (size_t i = 0; i < g_cfg->n_merged; i++)
+			filler(buf, g_cfg->merged[i].name, NULL, 0, 0);
+		return 0;
+	case N_RANGE:
+		for (int p = 0; p < PFS_NPROFILES; p++)
+			if ((l.service->profiles & (1u << p)) && pfs_merged_has(l.service, l.range, p)) {
+				snprintf(name, sizeof name, "%s.pb.gz", pfs_profile_names[p]);
+				filler(buf, name, NULL, 0, 0);
+			}
+		return 0;
+	default:
+		return -ENOTDIR;
 	}
-	return 0;
 }
+
+/* fi->fh: an open cache file, or a document made at open. */
+struct handle {
+	int fd;
+	char *doc;
+	size_t len;
+};
 
 static int fs_open(const char *path, struct fuse_file_info *fi)
 {
 	char round[PFS_ROUND_NAME_MAX];
+	struct handle *h;
 	struct loc l;
 	off_t size;
 	time_t t;
-	int rc, fd, slot;
+	int rc, fd = -1;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
 		return -EROFS;
 	if ((rc = parse_path(path, &l)))
 		return rc;
-	if (l.depth != 4)
-		return -EISDIR;
-	if (l.latest) {
-		if ((slot = pfs_snap_slot_by_name(l.service, l.file)) < 0)
-			return -ENOENT;
-		if ((rc = pfs_snap_latest(l.service, slot, round, &size, &t)))
-			return rc;
+	h = calloc(1, sizeof *h);
+	h->fd = -1;
+	switch (l.node) {
+	case N_STATUS:
+		h->doc = pfs_status_json(g_cfg, g_mount_time, &h->len);
+		fi->direct_io = 1;
+		break;
+	case N_LATEST_FILE:
+		if ((rc = pfs_snap_latest(l.service, l.slot, round, &size, &t)))
+			break;
 		/* latest moves on to a new snapshot: no page cache across opens,
 		 * reads not bounded by a size the kernel cached before. */
 		fi->direct_io = 1;
-	} else {
+		fd = pfs_cache_open(l.cluster->name, l.service->name, round, l.file);
+		break;
+	case N_ROUND_FILE:
 		if ((rc = pfs_snap_stat(l.service, l.round, l.file, &size, &t)))
-			return rc;
-		memcpy(round, l.round, sizeof round);
+			break;
 		fi->keep_cache = 1; /* frozen snapshot: cached pages stay valid */
+		fd = pfs_cache_open(l.cluster->name, l.service->name, l.round, l.file);
+		break;
+	case N_RANGE_FILE:
+		fi->direct_io = 1; /* rebuilt when new snapshots arrive */
+		fd = pfs_merged_open(l.service, l.range, l.profile);
+		if (fd < 0)
+			rc = fd;
+		break;
+	default:
+		rc = -EISDIR;
 	}
-	fd = pfs_cache_open(l.cluster->name, l.service->name, round, l.file);
-	if (fd < 0)
-		return fd == -ENOENT ? -EIO : fd;
-	fi->fh = (uint64_t)fd;
+	if (!rc && !h->doc && fd < 0)
+		rc = fd == -ENOENT ? -EIO : fd;
+	if (rc) {
+		free(h);
+		return rc;
+	}
+	h->fd = fd;
+	fi->fh = (uint64_t)(uintptr_t)h;
 	return 0;
 }
 
 static int fs_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
 	ssize_t n;
 
 	(void)path;
+	if (h->doc) {
+		if ((size_t)off >= h->len)
+			return 0;
+		n = (ssize_t)(h->len - (size_t)off < size ? h->len - (size_t)off : size);
+		memcpy(buf, h->doc + off, (size_t)n);
+		return (int)n;
+	}
 	do
-		n = pread((int)fi->fh, buf, size, off);
+		n = pread(h->fd, buf, size, off);
 	while (n < 0 && errno == EINTR);
 	return n < 0 ? -errno : (int)n;
 }
 
 static int fs_release(const char *path, struct fuse_file_info *fi)
 {
+	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+
 	(void)path;
-	close((int)fi->fh);
+	if (h->fd >= 0)
+		close(h->fd);
+	free(h->doc);
+	free(h);
 	return 0;
 }
 

@@ -92,23 +92,73 @@ static int check_profile(const Perftools__Profiles__Profile *p, char *err, size_
 	return 0;
 }
 
-int pfs_pprof_validate_gz(const uint8_t *buf, size_t len, size_t max_raw, char *err,
-			  size_t errlen)
+Perftools__Profiles__Profile *pfs_pprof_decode_raw(const uint8_t *raw, size_t len, char *err,
+						  size_t errlen)
+{
+	Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(NULL, len, raw);
+
+	if (!p) {
+		snprintf(err, errlen, "not a profile.proto (protobuf decode failed)");
+		return NULL;
+	}
+	if (check_profile(p, err, errlen)) {
+		perftools__profiles__profile__free_unpacked(p, NULL);
+		return NULL;
+	}
+	return p;
+}
+
+Perftools__Profiles__Profile *pfs_pprof_decode_gz(const uint8_t *buf, size_t len, size_t max_raw,
+						 char *err, size_t errlen)
 {
 	Perftools__Profiles__Profile *p;
 	uint8_t *raw;
 	size_t rawlen;
-	int rc;
 
 	if (pfs_gunzip(buf, len, max_raw, &raw, &rawlen, err, errlen))
-		return -1;
-	p = perftools__profiles__profile__unpack(NULL, rawlen, raw);
+		return NULL;
+	p = pfs_pprof_decode_raw(raw, rawlen, err, errlen);
 	free(raw);
-	if (!p) {
-		snprintf(err, errlen, "not a profile.proto (protobuf decode failed)");
+	return p;
+}
+
+int pfs_pprof_validate_gz(const uint8_t *buf, size_t len, size_t max_raw, char *err,
+			  size_t errlen)
+{
+	Perftools__Profiles__Profile *p = pfs_pprof_decode_gz(buf, len, max_raw, err, errlen);
+
+	if (!p)
+		return -1;
+	perftools__profiles__profile__free_unpacked(p, NULL);
+	return 0;
+}
+
+int pfs_gzip(const uint8_t *in, size_t len, uint8_t **out, size_t *outlen, char *err,
+	     size_t errlen)
+{
+	z_stream z = {0};
+	uLong cap;
+	uint8_t *buf;
+
+	if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8,
+			 Z_DEFAULT_STRATEGY) != Z_OK) {
+		snprintf(err, errlen, "zlib init failed");
 		return -1;
 	}
-	rc = check_profile(p, err, errlen);
-	perftools__profiles__profile__free_unpacked(p, NULL);
-	return rc;
+	cap = deflateBound(&z, (uLong)len) + 32;
+	buf = malloc(cap);
+	z.next_in = (Bytef *)in;
+	z.avail_in = (uInt)len;
+	z.next_out = buf;
+	z.avail_out = (uInt)cap;
+	if (deflate(&z, Z_FINISH) != Z_STREAM_END) {
+		deflateEnd(&z);
+		free(buf);
+		snprintf(err, errlen, "gzip failed");
+		return -1;
+	}
+	*outlen = z.total_out;
+	*out = buf;
+	deflateEnd(&z);
+	return 0;
 }

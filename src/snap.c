@@ -313,6 +313,33 @@ time_t pfs_snap_latest_time(struct pfs_service *s)
 	return t;
 }
 
+size_t pfs_snap_inputs(struct pfs_service *s, int profile, time_t since,
+		       struct pfs_snap_input **out)
+{
+	size_t n = 0, cap = 0;
+
+	*out = NULL;
+	pthread_mutex_lock(&g_lock);
+	for (struct round *r = s->state->rounds; r; r = r->next) {
+		if (r->t < since)
+			continue;
+		for (size_t t = 0; t < s->n_targets; t++) {
+			int slot = (int)t * PFS_NPROFILES + profile;
+			if (r->slots[slot].st != SLOT_READY)
+				continue;
+			if (n == cap) {
+				cap = cap ? cap * 2 : 16;
+				*out = realloc(*out, cap * sizeof **out);
+			}
+			memcpy((*out)[n].round, r->name, sizeof r->name);
+			pfs_snap_slot_name(s, slot, (*out)[n].file, sizeof (*out)[n].file);
+			(*out)[n++].t = r->t;
+		}
+	}
+	pthread_mutex_unlock(&g_lock);
+	return n;
+}
+
 void pfs_snap_target_stats(struct pfs_service *s, size_t target, struct pfs_target_stats *out)
 {
 	pthread_mutex_lock(&g_lock);

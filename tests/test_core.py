@@ -79,8 +79,8 @@ def test_rsync_twice_second_copies_nothing(goapp, mount, tmp_path):
     m = mount(config_for({"a": [a.base], "b": [b.base]}))
     dst = tmp_path / "dst"
     first = rsync_stats(m.path, dst)
-    # latest/ and the <time>/ snapshot it made, for both services
-    assert first == 2 * 2 * len(PROFILES)
+    # latest/, the <time>/ snapshot it made, and merged/24h/, for both services
+    assert first == 3 * 2 * len(PROFILES)
     assert rsync_stats(m.path, dst) == 0
     for svc in ("a", "b"):
         rounds = round_dirs(dst / "local" / svc)
@@ -112,12 +112,13 @@ def test_snapshots_survive_remount(goapp, mount):
 
 def test_latest_ttl_makes_a_new_snapshot(goapp, mount):
     app = goapp()
-    m = mount(config_for({"app": {"targets": [app.base], "profiles": ["heap"]}}, latest_ttl=1))
+    m = mount(config_for({"app": {"targets": [app.base], "profiles": ["heap"]}}, latest_ttl=3))
+    first = (m.path / "local/app/latest/heap.pb.gz").read_bytes()
+    assert (m.path / "local/app/latest/heap.pb.gz").read_bytes() == first  # same snapshot
+    time.sleep(3.1)
     (m.path / "local/app/latest/heap.pb.gz").read_bytes()
-    time.sleep(2.1)
-    (m.path / "local/app/latest/heap.pb.gz").read_bytes()
-    rounds = round_dirs(m.path / "local/app")
-    assert len(rounds) == 2 and dir_time(rounds[1]) - dir_time(rounds[0]) >= 2
+    rounds = round_dirs(m.path / "local/app")  # within 3 s: starts no third snapshot
+    assert len(rounds) == 2 and dir_time(rounds[1]) - dir_time(rounds[0]) >= 3
     assert os.listdir(m.path / "local/app/latest") == ["heap.pb.gz"]
 
 

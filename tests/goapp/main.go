@@ -16,6 +16,7 @@
 //	empty      HTTP 200 with an empty body
 //	html       HTTP 200 with an HTML page
 //	rawproto   HTTP 200 with the profile gunzipped (valid proto, not gzip)
+//	swap       any profile name serves the goroutine profile (other sample types)
 //
 // With -token T every request must carry "Authorization: Bearer T".
 package main
@@ -144,6 +145,10 @@ func serveFault(w http.ResponseWriter, r *http.Request) {
 				c.Close()
 			}
 		}
+	case mode == "swap":
+		r2 := r.Clone(r.Context())
+		r2.URL.Path = "/debug/pprof/goroutine"
+		http.DefaultServeMux.ServeHTTP(w, r2)
 	case mode == "garbage":
 		b := make([]byte, 4096)
 		rand.Read(b)

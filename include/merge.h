@@ -1,0 +1,47 @@
+/* Building and merging profile.proto profiles (google/pprof semantics). */
+#ifndef PFS_MERGE_H
+#define PFS_MERGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct pfs_pb; /* a profile under construction, deduplicating as it goes */
+
+struct pfs_pb_line {
+	uint64_t function_id;
+	int64_t line;
+};
+
+struct pfs_pb_label {
+	int64_t key, str, num, num_unit; /* string indices of the new profile */
+};
+
+struct pfs_pb *pfs_pb_new(void);
+void pfs_pb_free(struct pfs_pb *b);
+/* Index of s in the string table (added once). */
+int64_t pfs_pb_str(struct pfs_pb *b, const char *s);
+/* Sample types and period type, as strings. Call once, before samples. */
+void pfs_pb_set_types(struct pfs_pb *b, const char *const *types, const char *const *units,
+		      size_t n, const char *period_type, const char *period_unit);
+uint64_t pfs_pb_function(struct pfs_pb *b, int64_t name, int64_t system_name, int64_t filename,
+			 int64_t start_line);
+uint64_t pfs_pb_mapping(struct pfs_pb *b, uint64_t start, uint64_t limit, uint64_t offset,
+			int64_t filename, int64_t build_id, unsigned has_flags);
+uint64_t pfs_pb_location(struct pfs_pb *b, uint64_t mapping_id, uint64_t address,
+			 const struct pfs_pb_line *lines, size_t n_lines, int is_folded);
+/* Add values to the sample with these locations and labels. */
+void pfs_pb_sample(struct pfs_pb *b, const uint64_t *locs, size_t n_locs, const int64_t *values,
+		   const struct pfs_pb_label *labels, size_t n_labels);
+/* Profile-wide fields. */
+void pfs_pb_set_meta(struct pfs_pb *b, int64_t time_nanos, int64_t duration_nanos, int64_t period);
+/* Serialize, gzip, and free the builder. */
+int pfs_pb_finish(struct pfs_pb *b, uint8_t **gz, size_t *gzlen, char *err, size_t errlen);
+
+/* Merge gzip'd profiles as `go tool pprof -proto a b ...` does: same sample
+ * types and period type required (else an error naming both); identical
+ * samples, locations, functions and mappings folded together, values
+ * summed; earliest time, summed duration, largest period. */
+int pfs_pprof_merge(const uint8_t *const *in, const size_t *inlen, size_t n, size_t max_raw,
+		    uint8_t **gz, size_t *gzlen, char *err, size_t errlen);
+
+#endif

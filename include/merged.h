@@ -1,0 +1,25 @@
+/* merged/<range>/<profile>.pb.gz: all frozen snapshots of a service within
+ * a time range, merged into one profile (the default.pgo of a PGO build).
+ * Rebuilt only when its set of inputs changes; stored in the cache. */
+#ifndef PFS_MERGED_H
+#define PFS_MERGED_H
+
+#include "config.h"
+
+#include <stdbool.h>
+#include <sys/types.h>
+#include <time.h>
+
+#define PFS_MERGED_DIR "merged"
+
+const struct pfs_range *pfs_merged_range(const struct pfs_config *cfg, const char *name);
+/* True if the range holds a snapshot of this profile. */
+bool pfs_merged_has(struct pfs_service *s, const struct pfs_range *r, int profile);
+/* Build if needed; size and mtime (the newest input's time). -ENOENT if
+ * there is no input, -EIO if the merge failed (logged once). */
+int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, int profile, off_t *size,
+		    time_t *mtime);
+/* The same, then open it: an fd or -errno. */
+int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, int profile);
+
+#endif

@@ -1,0 +1,597 @@
+/* Profile builder with deduplicating tables, and merge of several profiles. */
+#include "merge.h"
+
+#include "pprof.h"
+#include "profile.pb-c.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef Perftools__Profiles__Profile Profile;
+
+/* ---- a byte-string -> id hash table ---- */
+
+struct hent {
+	uint64_t hash;
+	uint8_t *key;
+	size_t klen;
+	uint64_t val;
+};
+
+struct htab {
+	struct hent *e;
+	size_t cap, n;
+};
+
+static uint64_t fnv(const uint8_t *p, size_t n)
+{
+	uint64_t h = 1469598103934665603ULL;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 1099511628211ULL;
+	return h;
+}
+
+static void ht_grow(struct htab *t)
+{
+	size_t cap = t->cap ? t->cap * 2 : 64;
+	struct hent *e = calloc(cap, sizeof *e);
+
+	for (size_t i = 0; i < t->cap; i++) {
+		if (!t->e[i].key)
+			continue;
+		size_t j = t->e[i].hash & (cap - 1);
+		while (e[j].key)
+			j = (j + 1) & (cap - 1);
+		e[j] = t->e[i];
+	}
+	free(t->e);
+	t->e = e;
+	t->cap = cap;
+}
+
+/* The value stored for key, or 0 (ids and indices here start at 1). */
+static struct hent *ht_find(struct htab *t, const void *key, size_t klen, uint64_t *hash)
+{
+	*hash = fnv(key, klen);
+	if (t->n * 2 >= t->cap)
+		ht_grow(t);
+	size_t j = *hash & (t->cap - 1);
+	while (t->e[j].key) {
+		if (t->e[j].hash == *hash && t->e[j].klen == klen && memcmp(t->e[j].key, key, klen) == 0)
+			return &t->e[j];
+		j = (j + 1) & (t->cap - 1);
+	}
+	return &t->e[j]; /* empty slot */
+}
+
+static void ht_set(struct htab *t, struct hent *slot, uint64_t hash, const void *key,
+		   size_t klen, uint64_t val)
+{
+	slot->hash = hash;
+	slot->key = malloc(klen ? klen : 1);
+	memcpy(slot->key, key, klen);
+	slot->klen = klen;
+	slot->val = val;
+	t->n++;
+}
+
+static void ht_free(struct htab *t)
+{
+	for (size_t i = 0; i < t->cap; i++)
+		free(t->e[i].key);
+	free(t->e);
+}
+
+/* ---- key buffers ---- */
+
+struct kbuf {
+	uint8_t *p;
+	size_t n, cap;
+};
+
+static void kb_put(struct kbuf *k, const void *v, size_t n)
+{
+	if (k->n + n > k->cap) {
+		k->cap = (k->n + n) * 2 + 64;
+		k->p = realloc(k->p, k->cap);
+	}
+	memcpy(k->p + k->n, v, n);
+	k->n += n;
+}
+
+static void kb_u64(struct kbuf *k, uint64_t v) { kb_put(k, &v, sizeof v); }
+
+/* ---- growable pointer arrays ---- */
+
+#define PUSH(arr, n, cap, item)                                                  \
+	do {                                                                     \
+		if ((n) == (cap)) {                                              \
+			(cap) = (cap) ? (cap) * 2 : 64;                          \
+			(arr) = realloc((arr), (cap) * sizeof *(arr));           \
+		}                                                                \
+		(arr)[(n)++] = (item);                                           \
+	} while (0)
+
+struct pfs_pb {
+	Profile *p;
+	size_t cap_str, cap_fn, cap_map, cap_loc, cap_sample;
+	struct htab strs, fns, maps, locs, samples;
+	struct kbuf key;
+};
+
+struct pfs_pb *pfs_pb_new(void)
+{
+	struct pfs_pb *b = calloc(1, sizeof *b);
+
+	b->p = malloc(sizeof *b->p);
+	perftools__profiles__profile__init(b->p);
+	pfs_pb_str(b, "");
+	return b;
+}
+
+void pfs_pb_free(struct pfs_pb *b)
+{
+	if (!b)
+		return;
+	perftools__profiles__profile__free_unpacked(b->p, NULL);
+	ht_free(&b->strs);
+	ht_free(&b->fns);
+	ht_free(&b->maps);
+	ht_free(&b->locs);
+	ht_free(&b->samples);
+	free(b->key.p);
+	free(b);
+}
+
+int64_t pfs_pb_str(struct pfs_pb *b, const char *s)
+{
+	size_t n = strlen(s);
+	uint64_t h;
+	struct hent *e = ht_find(&b->strs, s, n, &h);
+
+	if (e->key)
+		return (int64_t)e->val;
+	ht_set(&b->strs, e, h, s, n, b->p->n_string_table);
+	PUSH(b->p->string_table, b->p->n_string_table, b->cap_str, strdup(s));
+	return (int64_t)(b->p->n_string_table - 1);
+}
+
+static Perftools__Profiles__ValueType *value_type(struct pfs_pb *b, const char *t, const char *u)
+{
+	Perftools__Profiles__ValueType *vt = malloc(sizeof *vt);
+	perftools__profiles__value_type__init(vt);
+	vt->type = pfs_pb_str(b, t);
+	vt->unit = pfs_pb_str(b, u);
+	return vt;
+}
+
+void pfs_pb_set_types(struct pfs_pb *b, const char *const *types, const char *const *units,
+		      size_t n, const char *period_type, const char *period_unit)
+{
+	b->p->sample_type = calloc(n ? n : 1, sizeof *b->p->sample_type);
+	for (size_t i = 0; i < n; i++)
+		b->p->sample_type[b->p->n_sample_type++] = value_type(b, types[i], units[i]);
+	if (period_type)
+		b->p->period_type = value_type(b, period_type, period_unit);
+}
+
+void pfs_pb_set_meta(struct pfs_pb *b, int64_t time_nanos, int64_t duration_nanos, int64_t period)
+{
+	b->p->time_nanos = time_nanos;
+	b->p->duration_nanos = duration_nanos;
+	b->p->period = period;
+}
+
+uint64_t pfs_pb_function(struct pfs_pb *b, int64_t name, int64_t system_name, int64_t filename,
+			 int64_t start_line)
+{
+	struct hent *e;
+	uint64_t h;
+
+	b->key.n = 0;
+	kb_u64(&b->key, (uint64_t)name);
+	kb_u64(&b->key, (uint64_t)system_name);
+	kb_u64(&b->key, (uint64_t)filename);
+	kb_u64(&b->key, (uint64_t)start_line);
+	e = ht_find(&b->fns, b->key.p, b->key.n, &h);
+	if (e->key)
+		return e->val;
+	Perftools__Profiles__Function *f = malloc(sizeof *f);
+	perftools__profiles__function__init(f);
+	f->id = b->p->n_function + 1;
+	f->name = name;
+	f->system_name = system_name;
+	f->filename = filename;
+	f->start_line = start_line;
+	ht_set(&b->fns, e, h, b->key.p, b->key.n, f->id);
+	PUSH(b->p->function, b->p->n_function, b->cap_fn, f);
+	return f->id;
+}
+
+uint64_t pfs_pb_mapping(struct pfs_pb *b, uint64_t start, uint64_t limit, uint64_t offset,
+			int64_t filename, int64_t build_id, unsigned has_flags)
+{
+	struct hent *e;
+	uint64_t h;
+
+	b->key.n = 0;
+	kb_u64(&b->key, start);
+	kb_u64(&b->key, limit);
+	kb_u64(&b->key, offset);
+	kb_u64(&b->key, (uint64_t)filename);
+	kb_u64(&b->key, (uint64_t)build_id);
+	kb_u64(&b->key, has_flags);
+	e = ht_find(&b->maps, b->key.p, b->key.n, &h);
+	if (e->key)
+		return e->val;
+	Perftools__Profiles__Mapping *m = malloc(sizeof *m);
+	perftools__profiles__mapping__init(m);
+	m->id = b->p->n_mapping + 1;
+	m->memory_start = start;
+	m->memory_limit = limit;
+	m->file_offset = offset;
+	m->filename = filename;
+	m->build_id = build_id;
+	m->has_functions = !!(has_flags & 1);
+	m->has_filenames = !!(has_flags & 2);
+	m->has_line_numbers = !!(has_flags & 4);
+	m->has_inline_frames = !!(has_flags & 8);
+	ht_set(&b->maps, e, h, b->key.p, b->key.n, m->id);
+	PUSH(b->p->mapping, b->p->n_mapping, b->cap_map, m);
+	return m->id;
+}
+
+uint64_t pfs_pb_location(struct pfs_pb *b, uint64_t mapping_id, uint64_t address,
+			 const struct pfs_pb_line *lines, size_t n_lines, int is_folded)
+{
+	struct hent *e;
+	uint64_t h;
+
+	b->key.n = 0;
+	kb_u64(&b->key, mapping_id);
+	kb_u64(&b->key, address);
+	kb_u64(&b->key, (uint64_t)is_folded);
+	for (size_t i = 0; i < n_lines; i++) {
+		kb_u64(&b->key, lines[i].function_id);
+		kb_u64(&b->key, (uint64_t)lines[i].line);
+	}
+	e = ht_find(&b->locs, b->key.p, b->key.n, &h);
+	if (e->key)
+		return e->val;
+	Perftools__Profiles__Location *l = malloc(sizeof *l);
+	perftools__profiles__location__init(l);
+	l->id = b->p->n_location + 1;
+	l->mapping_id = mapping_id;
+	l->address = address;
+	l->is_folded = is_folded;
+	l->line = calloc(n_lines ? n_lines : 1, sizeof *l->line);
+	for (size_t i = 0; i < n_lines; i++) {
+		Perftools__Profiles__Line *ln = malloc(sizeof *ln);
+		perftools__profiles__line__init(ln);
+		ln->function_id = lines[i].function_id;
+		ln->line = lines[i].line;
+		l->line[l->n_line++] = ln;
+	}
+	ht_set(&b->locs, e, h, b->key.p, b->key.n, l->id);
+	PUSH(b->p->location, b->p->n_location, b->cap_loc, l);
+	return l->id;
+}
+
+void pfs_pb_sample(struct pfs_pb *b, const uint64_t *locs, size_t n_locs, const int64_t *values,
+		   const struct pfs_pb_label *labels, size_t n_labels)
+{
+	size_t nv = b->p->n_sample_type;
+	struct hent *e;
+	uint64_t h;
+	bool zero = true;
+
+	for (size_t i = 0; i < nv; i++)
+		zero = zero && values[i] == 0;
+	if (zero)
+		return; /* pprof's merge drops all-zero samples too */
+	b->key.n = 0;
+	kb_u64(&b->key, n_locs);
+	kb_put(&b->key, locs, n_locs * sizeof *locs);
+	kb_put(&b->key, labels, n_labels * sizeof *labels);
+	e = ht_find(&b->samples, b->key.p, b->key.n, &h);
+	if (e->key) {
+		Perftools__Profiles__Sample *s = b->p->sample[e->val];
+		for (size_t i = 0; i < nv; i++)
+			s->value[i] += values[i];
+		return;
+	}
+	Perftools__Profiles__Sample *s = malloc(sizeof *s);
+	perftools__profiles__sample__init(s);
+	s->location_id = malloc((n_locs ? n_locs : 1) * sizeof *locs);
+	memcpy(s->location_id, locs, n_locs * sizeof *locs);
+	s->n_location_id = n_locs;
+	s->value = malloc((nv ? nv : 1) * sizeof *values);
+	memcpy(s->value, values, nv * sizeof *values);
+	s->n_value = nv;
+	s->label = calloc(n_labels ? n_labels : 1, sizeof *s->label);
+	for (size_t i = 0; i < n_labels; i++) {
+		Perftools__Profiles__Label *l = malloc(sizeof *l);
+		perftools__profiles__label__init(l);
+		l->key = labels[i].key;
+		l->str = labels[i].str;
+		l->num = labels[i].num;
+		l->num_unit = labels[i].num_unit;
+		s->label[s->n_label++] = l;
+	}
+	ht_set(&b->samples, e, h, b->key.p, b->key.n, b->p->n_sample);
+	PUSH(b->p->sample, b->p->n_sample, b->cap_sample, s);
+}
+
+int pfs_pb_finish(struct pfs_pb *b, uint8_t **gz, size_t *gzlen, char *err, size_t errlen)
+{
+	size_t n = perftools__profiles__profile__get_packed_size(b->p);
+	uint8_t *raw = malloc(n ? n : 1);
+	int rc;
+
+	perftools__profiles__profile__pack(b->p, raw);
+	pfs_pb_free(b);
+	rc = pfs_gzip(raw, n, gz, gzlen, err, errlen);
+	free(raw);
+	return rc;
+}
+
+/* ---- merge ---- */
+
+static const char *str_at(const Profile *p, int64_t i)
+{
+	return i >= 0 && (size_t)i < p->n_string_table ? p->string_table[i] : "";
+}
+
+static void describe_types(const Profile *p, char *out, size_t outlen)
+{
+	size_t o = 0;
+
+	out[0] = '\0';
+	for (size_t i = 0; i < p->n_sample_type && o < outlen; i++)
+		o += (size_t)snprintf(out + o, outlen - o, "%s%s/%s", i ? "," : "",
+				      str_at(p, p->sample_type[i]->type), str_at(p, p->sample_type[i]->unit));
+}
+
+static int compatible(const Profile *a, const Profile *b, size_t ib, char *err, size_t errlen)
+{
+	char ta[256], tb[256];
+	bool ok = a->n_sample_type == b->n_sample_type;
+
+	for (size_t i = 0; ok && i < a->n_sample_type; i++)
+		ok = strcmp(str_at(a, a->sample_type[i]->type), str_at(b, b->sample_type[i]->type)) == 0 &&
+		     strcmp(str_at(a, a->sample_type[i]->unit), str_at(b, b->sample_type[i]->unit)) == 0;
+	if (!ok) {
+		describe_types(a, ta, sizeof ta);
+		describe_types(b, tb, sizeof tb);
+		snprintf(err, errlen, "mismatched sample types: profile 1 has [%s], profile %zu has [%s]",
+			 ta, ib + 1, tb);
+		return -1;
+	}
+	const Perftools__Profiles__ValueType *pa = a->period_type, *pb = b->period_type;
+	if (strcmp(pa ? str_at(a, pa->type) : "", pb ? str_at(b, pb->type) : "") ||
+	    strcmp(pa ? str_at(a, pa->unit) : "", pb ? str_at(b, pb->unit) : "")) {
+		snprintf(err, errlen, "mismatched period types: profile 1 has %s/%s, profile %zu has %s/%s",
+			 pa ? str_at(a, pa->type) : "", pa ? str_at(a, pa->unit) : "", ib + 1,
+			 pb ? str_at(b, pb->type) : "", pb ? str_at(b, pb->unit) : "");
+		return -1;
+	}
+	return 0;
+}
+
+/* Where an id of src sits in its array: ids are usually 1..n in order. */
+static size_t index_of(const uint64_t *ids, size_t n, uint64_t id)
+{
+	if (id >= 1 && id <= n && ids[id - 1] == id)
+		return id;
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] == id)
+			return i + 1;
+	return 0;
+}
+
+/* One source profile being copied into a builder. Like pprof's merge,
+ * mappings, locations and functions are added when a sample first reaches
+ * them (unused ones are dropped), the source's first mapping first. */
+struct src_map {
+	const Profile *src;
+	struct pfs_pb *b;
+	uint64_t *fid, *fnew, *mid, *mnew, *lid, *lnew; /* src ids; new ids (0: not yet) */
+	struct pfs_pb_line *lines;
+	size_t cap_lines;
+	char *err;
+	size_t errlen;
+};
+
+#define SRC_STR(m, i) pfs_pb_str((m)->b, str_at((m)->src, (i)))
+
+static uint64_t map_mapping(struct src_map *m, size_t i)
+{
+	const Perftools__Profiles__Mapping *mp = m->src->mapping[i];
+
+	if (!m->mnew[i])
+		m->mnew[i] = pfs_pb_mapping(m->b, mp->memory_start, mp->memory_limit, mp->file_offset,
+					    SRC_STR(m, mp->filename), SRC_STR(m, mp->build_id),
+					    (mp->has_functions ? 1u : 0) | (mp->has_filenames ? 2u : 0) |
+					    (mp->has_line_numbers ? 4u : 0) |
+					    (mp->has_inline_frames ? 8u : 0));
+	return m->mnew[i];
+}
+
+static uint64_t map_function(struct src_map *m, size_t i)
+{
+	const Perftools__Profiles__Function *f = m->src->function[i];
+
+	if (!m->fnew[i])
+		m->fnew[i] = pfs_pb_function(m->b, SRC_STR(m, f->name), SRC_STR(m, f->system_name),
+					     SRC_STR(m, f->filename), f->start_line);
+	return m->fnew[i];
+}
+
+/* New id of src location i, or 0 with m->err set. */
+static uint64_t map_location(struct src_map *m, size_t i)
+{
+	const Perftools__Profiles__Location *l = m->src->location[i];
+	uint64_t mapping = 0;
+
+	if (m->lnew[i])
+		return m->lnew[i];
+	if (l->mapping_id) {
+		size_t mi = index_of(m->mid, m->src->n_mapping, l->mapping_id);
+		if (!mi) {
+			snprintf(m->err, m->errlen, "location %llu names missing mapping %llu",
+				 (unsigned long long)l->id, (unsigned long long)l->mapping_id);
+			return 0;
+		}
+		mapping = map_mapping(m, mi - 1);
+	}
+	if (l->n_line > m->cap_lines) {
+		m->cap_lines = l->n_line * 2;
+		m->lines = realloc(m->lines, m->cap_lines * sizeof *m->lines);
+	}
+	for (size_t j = 0; j < l->n_line; j++) {
+		uint64_t want = l->line[j]->function_id;
+		size_t fi = want ? index_of(m->fid, m->src->n_function, want) : 0;
+		if (want && !fi) {
+			snprintf(m->err, m->errlen, "location %llu names missing function %llu",
+				 (unsigned long long)l->id, (unsigned long long)want);
+			return 0;
+		}
+		m->lines[j].function_id = fi ? map_function(m, fi - 1) : 0;
+		m->lines[j].line = l->line[j]->line;
+	}
+	m->lnew[i] = pfs_pb_location(m->b, mapping, l->address, m->lines, l->n_line, l->is_folded);
+	return m->lnew[i];
+}
+
+/* Copy every sample of src into b, remapping ids and string indices. */
+static int add_profile(struct pfs_pb *b, const Profile *src, char *err, size_t errlen)
+{
+	size_t nf = src->n_function, nm = src->n_mapping, nl = src->n_location;
+	struct src_map m = {
+		.src = src, .b = b, .err = err, .errlen = errlen,
+		.fid = calloc(nf + 1, sizeof(uint64_t)), .fnew = calloc(nf + 1, sizeof(uint64_t)),
+		.mid = calloc(nm + 1, sizeof(uint64_t)), .mnew = calloc(nm + 1, sizeof(uint64_t)),
+		.lid = calloc(nl + 1, sizeof(uint64_t)), .lnew = calloc(nl + 1, sizeof(uint64_t)),
+	};
+	uint64_t *locs = NULL;
+	struct pfs_pb_label *labels = NULL;
+	size_t cap_locs = 0, cap_labels = 0;
+	int rc = -1;
+
+	for (size_t i = 0; i < nf; i++)
+		m.fid[i] = src->function[i]->id;
+	for (size_t i = 0; i < nm; i++)
+		m.mid[i] = src->mapping[i]->id;
+	for (size_t i = 0; i < nl; i++)
+		m.lid[i] = src->location[i]->id;
+	if (nm)
+		map_mapping(&m, 0); /* the main binary stays first */
+	for (size_t i = 0; i < src->n_sample; i++) {
+		const Perftools__Profiles__Sample *s = src->sample[i];
+		bool zero = true;
+		for (size_t j = 0; j < s->n_value; j++)
+			zero = zero && s->value[j] == 0;
+		/* `go tool pprof -proto` output has neither all-zero samples nor
+		 * samples without a stack (Go's goroutine profile has some). */
+		if (zero || s->n_location_id == 0)
+			continue;
+		if (s->n_location_id > cap_locs) {
+			cap_locs = s->n_location_id * 2;
+			locs = realloc(locs, cap_locs * sizeof *locs);
+		}
+		for (size_t j = 0; j < s->n_location_id; j++) {
+			size_t li = index_of(m.lid, nl, s->location_id[j]);
+			if (!li) {
+				snprintf(err, errlen, "sample %zu names missing location %llu", i,
+					 (unsigned long long)s->location_id[j]);
+				goto out;
+			}
+			if (!(locs[j] = map_location(&m, li - 1)))
+				goto out;
+		}
+		if (s->n_label > cap_labels) {
+			cap_labels = s->n_label * 2;
+			labels = realloc(labels, cap_labels * sizeof *labels);
+		}
+		for (size_t j = 0; j < s->n_label; j++) {
+			const Perftools__Profiles__Label *l = s->label[j];
+			labels[j] = (struct pfs_pb_label){SRC_STR(&m, l->key), l->str ? SRC_STR(&m, l->str) : 0,
+							  l->num, l->num_unit ? SRC_STR(&m, l->num_unit) : 0};
+		}
+		pfs_pb_sample(b, locs, s->n_location_id, s->value, labels, s->n_label);
+	}
+	rc = 0;
+out:
+	free(m.fid), free(m.fnew), free(m.mid), free(m.mnew), free(m.lid), free(m.lnew);
+	free(m.lines), free(locs), free(labels);
+	return rc;
+}
+
+int pfs_pprof_merge(const uint8_t *const *in, const size_t *inlen, size_t n, size_t max_raw,
+		    uint8_t **gz, size_t *gzlen, char *err, size_t errlen)
+{
+	Profile **ps = calloc(n ? n : 1, sizeof *ps);
+	struct pfs_pb *b = NULL;
+	int rc = -1;
+
+	if (n == 0) {
+		snprintf(err, errlen, "nothing to merge");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char why[256];
+		if (!(ps[i] = pfs_pprof_decode_gz(in[i], inlen[i], max_raw, why, sizeof why))) {
+			snprintf(err, errlen, "profile %zu: %s", i + 1, why);
+			goto out;
+		}
+		if (i > 0 && compatible(ps[0], ps[i], i, err, errlen))
+			goto out;
+	}
+	b = pfs_pb_new();
+	{
+		const Profile *p0 = ps[0];
+		const char *types[64], *units[64];
+		size_t nt = p0->n_sample_type < 64 ? p0->n_sample_type : 64;
+		int64_t t = 0, d = 0, period = 0;
+
+		for (size_t i = 0; i < nt; i++) {
+			types[i] = str_at(p0, p0->sample_type[i]->type);
+			units[i] = str_at(p0, p0->sample_type[i]->unit);
+		}
+		pfs_pb_set_types(b, types, units, nt,
+				 p0->period_type ? str_at(p0, p0->period_type->type) : NULL,
+				 p0->period_type ? str_at(p0, p0->period_type->unit) : NULL);
+		for (size_t i = 0; i < n; i++) {
+			if (ps[i]->time_nanos && (!t || ps[i]->time_nanos < t))
+				t = ps[i]->time_nanos;
+			d += ps[i]->duration_nanos;
+			if (ps[i]->period > period)
+				period = ps[i]->period;
+		}
+		pfs_pb_set_meta(b, t, d, period);
+		if (p0->drop_frames)
+			b->p->drop_frames = pfs_pb_str(b, str_at(p0, p0->drop_frames));
+		if (p0->keep_frames)
+			b->p->keep_frames = pfs_pb_str(b, str_at(p0, p0->keep_frames));
+		if (p0->default_sample_type)
+			b->p->default_sample_type = pfs_pb_str(b, str_at(p0, p0->default_sample_type));
+	}
+	for (size_t i = 0; i < n; i++)
+		if (add_profile(b, ps[i], err, errlen)) {
+			char why[256];
+			snprintf(why, sizeof why, "%s", err);
+			snprintf(err, errlen, "profile %zu: %s", i + 1, why);
+			goto out;
+		}
+	rc = pfs_pb_finish(b, gz, gzlen, err, errlen);
+	b = NULL;
+out:
+	pfs_pb_free(b);
+	for (size_t i = 0; i < n; i++)
+		if (ps[i])
+			perftools__profiles__profile__free_unpacked(ps[i], NULL);
+	free(ps);
+	return rc;
+}

@@ -1,0 +1,192 @@
+/* merged/<range>/ files: choose inputs, merge, store, remember. */
+#include "merged.h"
+
+#include "cache.h"
+#include "log.h"
+#include "merge.h"
+#include "snap.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct memo {
+	const struct pfs_service *svc;
+	const struct pfs_range *range;
+	int profile;
+	uint64_t sig;  /* of the inputs it was built from */
+	int rc;        /* 0 built, -EIO failed */
+	off_t size;
+	time_t mtime;
+	struct memo *next;
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* held while building */
+static struct memo *g_memos;
+
+const struct pfs_range *pfs_merged_range(const struct pfs_config *cfg, const char *name)
+{
+	for (size_t i = 0; i < cfg->n_merged; i++)
+		if (strcmp(cfg->merged[i].name, name) == 0)
+			return &cfg->merged[i];
+	return NULL;
+}
+
+static size_t inputs(struct pfs_service *s, const struct pfs_range *r, int profile,
+		     struct pfs_snap_input **in)
+{
+	return pfs_snap_inputs(s, profile, time(NULL) - (time_t)r->seconds, in);
+}
+
+bool pfs_merged_has(struct pfs_service *s, const struct pfs_range *r, int profile)
+{
+	struct pfs_snap_input *in;
+	size_t n = inputs(s, r, profile, &in);
+
+	free(in);
+	return n > 0;
+}
+
+static uint64_t fnv_str(uint64_t h, const char *s)
+{
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+	return (h ^ '/') * 1099511628211ULL;
+}
+
+static uint64_t signature(const struct pfs_snap_input *in, size_t n)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (size_t i = 0; i < n; i++)
+		h = fnv_str(fnv_str(h, in[i].round), in[i].file);
+	return h;
+}
+
+static int read_fd(int fd, uint8_t **out, size_t *len)
+{
+	struct stat st;
+	size_t off = 0;
+
+	if (fstat(fd, &st))
+		return -1;
+	*out = malloc((size_t)st.st_size + 1);
+	while (off < (size_t)st.st_size) {
+		ssize_t n = read(fd, *out + off, (size_t)st.st_size - off);
+		if (n <= 0) {
+			free(*out);
+			return -1;
+		}
+		off += (size_t)n;
+	}
+	*len = off;
+	return 0;
+}
+
+static void dir_name(const struct pfs_range *r, char *out, size_t outlen)
+{
+	snprintf(out, outlen, ".merged-%s", r->name);
+}
+
+/* Merge and store; fills m. g_lock held. */
+static void build(struct pfs_service *s, const struct pfs_range *r, int profile,
+		  const struct pfs_snap_input *in, size_t n, struct memo *m)
+{
+	uint8_t **bufs = calloc(n, sizeof *bufs), *gz = NULL;
+	size_t *lens = calloc(n, sizeof *lens), gzlen = 0;
+	char err[512] = "", dir[64], file[64];
+
+	for (size_t i = 0; i < n && !err[0]; i++) {
+		int fd = pfs_cache_open(s->cluster->name, s->name, in[i].round, in[i].file);
+		if (fd < 0 || read_fd(fd, &bufs[i], &lens[i]))
+			snprintf(err, sizeof err, "cannot read %s/%s: %s", in[i].round, in[i].file,
+				 strerror(fd < 0 ? -fd : errno));
+		if (fd >= 0)
+			close(fd);
+	}
+	m->mtime = in[n - 1].t;
+	dir_name(r, dir, sizeof dir);
+	snprintf(file, sizeof file, "%s.pb.gz", pfs_profile_names[profile]);
+	if (!err[0] && pfs_pprof_merge((const uint8_t *const *)bufs, lens, n, 1u << 30, &gz, &gzlen,
+				       err, sizeof err) == 0 &&
+	    pfs_cache_publish(s->cluster->name, s->name, dir, file, gz, gzlen, m->mtime, err,
+			      sizeof err) == 0) {
+		m->rc = 0;
+		m->size = (off_t)gzlen;
+		pfs_debug("merged %zu snapshots into %s/%s/%s/%s/%s", n, s->cluster->name, s->name,
+			  PFS_MERGED_DIR, r->name, file);
+	} else {
+		m->rc = -EIO;
+		pfs_err("merge %s/%s/%s/%s/%s of %zu snapshots failed: %s", s->cluster->name, s->name,
+			PFS_MERGED_DIR, r->name, file, n, err);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(bufs[i]);
+	free(bufs);
+	free(lens);
+	free(gz);
+}
+
+static struct memo *memo_for(struct pfs_service *s, const struct pfs_range *r, int profile)
+{
+	struct memo *m;
+
+	for (m = g_memos; m; m = m->next)
+		if (m->svc == s && m->range == r && m->profile == profile)
+			return m;
+	m = calloc(1, sizeof *m);
+	m->svc = s;
+	m->range = r;
+	m->profile = profile;
+	m->sig = 0;
+	m->rc = -ENOENT;
+	m->next = g_memos;
+	g_memos = m;
+	return m;
+}
+
+int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, int profile, off_t *size,
+		    time_t *mtime)
+{
+	struct pfs_snap_input *in;
+	size_t n = inputs(s, r, profile, &in);
+	int rc;
+
+	if (n == 0) {
+		free(in);
+		return -ENOENT;
+	}
+	uint64_t sig = signature(in, n);
+	pthread_mutex_lock(&g_lock);
+	struct memo *m = memo_for(s, r, profile);
+	if (m->sig != sig || m->rc == -ENOENT) {
+		m->sig = sig;
+		build(s, r, profile, in, n, m);
+	}
+	rc = m->rc;
+	*size = m->size;
+	*mtime = m->mtime;
+	pthread_mutex_unlock(&g_lock);
+	free(in);
+	return rc;
+}
+
+int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, int profile)
+{
+	char dir[64], file[64];
+	off_t size;
+	time_t mtime;
+	int rc = pfs_merged_stat(s, r, profile, &size, &mtime);
+
+	if (rc)
+		return rc;
+	dir_name(r, dir, sizeof dir);
+	snprintf(file, sizeof file, "%s.pb.gz", pfs_profile_names[profile]);
+	/* A rebuild renames a new file into place; this fd keeps the one
+	 * whose size getattr reported unless a rebuild raced in between. */
+	return pfs_cache_open(s->cluster->name, s->name, dir, file);
+}

@@ -1,0 +1,58 @@
+/* The .status.json document. */
+#include "status.h"
+
+#include "cache.h"
+#include "snap.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+static json_t *time_or_null(time_t t)
+{
+	char buf[PFS_ROUND_NAME_MAX];
+	struct tm tm;
+
+	if (!t)
+		return json_null();
+	gmtime_r(&t, &tm);
+	strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return json_string(buf);
+}
+
+char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
+{
+	json_t *root = json_object(), *targets = json_array();
+	char *out;
+
+	json_object_set_new(root, "mounted_at", time_or_null(mounted_at));
+	json_object_set_new(root, "cache_dir", json_string(cfg->cache_dir));
+	json_object_set_new(root, "cache_bytes", json_integer((json_int_t)pfs_cache_bytes()));
+	for (size_t i = 0; i < cfg->n_clusters; i++) {
+		struct pfs_cluster *c = &cfg->clusters[i];
+		for (size_t j = 0; j < c->n_services; j++) {
+			struct pfs_service *s = &c->services[j];
+			for (size_t k = 0; k < s->n_targets; k++) {
+				struct pfs_target_stats st;
+				pfs_snap_target_stats(s, k, &st);
+				json_array_append_new(targets, json_pack(
+					"{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:s?}",
+					"cluster", c->name, "service", s->name,
+					"target", s->targets[k].name, "url", s->targets[k].log_url,
+					"fetches", (json_int_t)st.fetches, "failures", (json_int_t)st.failures,
+					"bytes", (json_int_t)st.bytes,
+					"last_fetch", time_or_null(st.last_fetch),
+					"last_ok", time_or_null(st.last_ok),
+					"last_error", st.last_error[0] ? st.last_error : NULL));
+			}
+		}
+	}
+	json_object_set_new(root, "targets", targets);
+	out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	json_decref(root);
+	*len = strlen(out);
+	out = realloc(out, *len + 2);
+	out[(*len)++] = '\n';
+	out[*len] = '\0';
+	return out;
+}
