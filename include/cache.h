@@ -19,6 +19,10 @@ int pfs_cache_publish(const char *cluster, const char *service, const char *roun
 /* Open a stored file read-only; returns an fd or -errno. */
 int pfs_cache_open(const char *cluster, const char *service, const char *round, const char *file);
 
+/* Size of a stored file; -1 if it is not there. */
+int pfs_cache_stat(const char *cluster, const char *service, const char *round, const char *file,
+		   off_t *size);
+
 typedef void (*pfs_cache_visit)(const char *cluster, const char *service, const char *round,
 				const char *file, off_t size, time_t mtime, void *arg);
 /* Call visit for every stored file; the caller matches names to its config. */

@@ -1,9 +1,13 @@
-/* The mount's configuration, read once from a JSON file (jansson). */
+/* The mount's configuration, read once from a JSON file (jansson), and the
+ * clusters and services it defines (API clusters add services later, as
+ * they are discovered). */
 #ifndef PFS_CONFIG_H
 #define PFS_CONFIG_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <time.h>
 
 enum pfs_profile {
 	PFS_HEAP,
@@ -19,6 +23,7 @@ enum pfs_profile {
 extern const char *const pfs_profile_names[PFS_NPROFILES];
 
 struct pfs_svc_state; /* snap.c */
+struct pfs_source_ops; /* source.h */
 
 struct pfs_target {
 	char *name;      /* safe path component, unique within its service */
@@ -31,22 +36,56 @@ struct pfs_target {
 	double timeout;  /* seconds for one fetch; cpu adds cpu_seconds */
 };
 
+/* One file of a service's snapshot (a <time> or latest/ directory). */
+struct pfs_file {
+	char name[160];      /* "heap.pb.gz", "heap.<target>.pb.gz", ... */
+	char merge_key[128]; /* merged/<range>/<merge_key>.pb.gz */
+	int profile;         /* enum pfs_profile, or -1 for an API profile type */
+	size_t target;       /* index into the service's targets (pprof) */
+	char *type_id;       /* API sources: the upstream profile type */
+};
+
 struct pfs_cluster;
 
 struct pfs_service {
-	char *name;
+	char *name;          /* safe path component */
+	char *upstream;      /* the name upstream uses (API, NATS), unsanitized */
 	struct pfs_cluster *cluster;
 	struct pfs_target *targets;
 	size_t n_targets;
-	unsigned profiles; /* bit (1u << enum pfs_profile) per served profile */
+	unsigned profiles;   /* bit (1u << enum pfs_profile) per served profile */
 	double cpu_seconds;
+	struct pfs_file *files;
+	size_t n_files;
 	struct pfs_svc_state *state;
+};
+
+/* Settings of a cluster whose kind is not "pprof". */
+struct pfs_api {
+	struct pfs_target target; /* base URL, auth, headers, timeout */
+	char *label;         /* pyroscope/parca: label whose values are services */
+	char *project;       /* coroot */
+	char *email;         /* coroot login */
+	char *password;      /* coroot login, nats user password */
+	char *user;          /* nats */
+	char *token;         /* nats */
+	double window;       /* seconds per <time> directory */
+	double range;        /* how far back <time> directories go */
+	double discover_every;
 };
 
 struct pfs_cluster {
 	char *name;
-	struct pfs_service *services;
-	size_t n_services;
+	const struct pfs_source_ops *src;
+	struct pfs_api api;
+	unsigned profiles;   /* nats: profiles served */
+	double cpu_seconds;  /* nats */
+	pthread_mutex_t lock; /* services, types, discovered_at */
+	struct pfs_service **services;
+	size_t n_services, cap_services;
+	struct pfs_file *types; /* API sources: the files every service has */
+	size_t n_types;
+	time_t discovered_at;
 };
 
 /* A merged/<name>/ directory: every snapshot of the last `seconds`. */
@@ -77,7 +116,11 @@ int pfs_config_load(const char *path, struct pfs_config *cfg, char *err, size_t 
 void pfs_config_free(struct pfs_config *cfg);
 
 struct pfs_cluster *pfs_config_cluster(struct pfs_config *cfg, const char *name);
+/* A service by name; for discovering kinds an unknown name triggers a
+ * (rate-limited) discovery first. */
 struct pfs_service *pfs_config_service(struct pfs_cluster *c, const char *name);
+/* Snapshot of the service list: n services into *out (malloc'd). */
+size_t pfs_cluster_services(struct pfs_cluster *c, struct pfs_service ***out);
 
 /* Parse a duration: a JSON number of seconds or a string like "500ms",
  * "10s", "5m", "1h", "7d". Returns -1 on a malformed value. */

@@ -15,6 +15,9 @@ struct pfs_fetch {
 	const struct pfs_target *target; /* headers, auth, for this request */
 	long timeout_ms;                 /* whole transfer, connect included */
 	size_t max_bytes;                /* larger bodies fail the fetch */
+	const uint8_t *post;             /* POST this body (NULL: GET) */
+	size_t post_len;
+	const char *content_type;        /* of the POST body */
 	/* Called once on the fetcher thread when the fetch has finished, with
 	 * the result below filled in. It owns f from then on. */
 	void (*done)(struct pfs_fetch *f);
@@ -41,6 +44,9 @@ int pfs_fetcher_start(void);
 /* Fails whatever is still in flight (done() is called) and stops. */
 void pfs_fetcher_stop(void);
 void pfs_fetch_submit(struct pfs_fetch *f);
+/* The request headers for a target: User-Agent, Content-Type if given,
+ * then the target's own (auth included). Free with curl_slist_free_all. */
+struct curl_slist *pfs_fetch_headers(const struct pfs_target *t, const char *content_type);
 /* Free body and private state (not url, not f). */
 void pfs_fetch_release(struct pfs_fetch *f);
 

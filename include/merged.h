@@ -13,13 +13,17 @@
 #define PFS_MERGED_DIR "merged"
 
 const struct pfs_range *pfs_merged_range(const struct pfs_config *cfg, const char *name);
-/* True if the range holds a snapshot of this profile. */
-bool pfs_merged_has(struct pfs_service *s, const struct pfs_range *r, int profile);
+/* Merge keys of the service's files (distinct, in file order): each is a
+ * merged/<range>/<key>.pb.gz. Returns how many; *keys malloc'd, pointing
+ * into the service's files. */
+size_t pfs_merged_keys(const struct pfs_service *s, const char ***keys);
+/* True if the range holds a snapshot with this merge key. */
+bool pfs_merged_has(struct pfs_service *s, const struct pfs_range *r, const char *key);
 /* Build if needed; size and mtime (the newest input's time). -ENOENT if
  * there is no input, -EIO if the merge failed (logged once). */
-int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, int profile, off_t *size,
+int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
 		    time_t *mtime);
 /* The same, then open it: an fd or -errno. */
-int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, int profile);
+int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char *key);
 
 #endif

@@ -123,6 +123,19 @@ int pfs_cache_open(const char *cluster, const char *service, const char *round, 
 	return fd < 0 ? -errno : fd;
 }
 
+int pfs_cache_stat(const char *cluster, const char *service, const char *round, const char *file,
+		   off_t *size)
+{
+	char rel[1024];
+	struct stat st;
+
+	snprintf(rel, sizeof rel, "%s/%s/%s/%s", cluster, service, round, file);
+	if (fstatat(g_root, rel, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+		return -1;
+	*size = st.st_size;
+	return 0;
+}
+
 /* Call fn for each subdirectory (want_dir) or regular file in rel ("" for
  * the root), skipping dot entries such as .tmp. */
 static void each_entry(const char *rel, int want_dir,

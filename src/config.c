@@ -3,6 +3,7 @@
 
 #include "log.h"
 #include "names.h"
+#include "source.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -272,7 +273,7 @@ static char *url_for_log(const char *url, char *hostport, size_t hplen)
 	CURLU *u = curl_url();
 	char *scheme = NULL, *host = NULL, *port = NULL, *path = NULL, *out = NULL;
 
-	if (curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+	if (curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK &&
 	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
 	    curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
 	    curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK) {
@@ -292,7 +293,7 @@ static char *url_for_log(const char *url, char *hostport, size_t hplen)
 }
 
 static int parse_target(struct parser *p, json_t *v, const char *where, const struct settings *inh,
-			struct pfs_target *t)
+			bool nats, struct pfs_target *t)
 {
 	static const char *const keys[] = {"url", "name", SETTING_KEYS, NULL};
 	struct settings s = *inh;
@@ -326,8 +327,9 @@ static int parse_target(struct parser *p, json_t *v, const char *where, const st
 		fail(p, field, "is required");
 		goto out;
 	}
-	if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8)) {
-		fail(p, field, "must be an http:// or https:// URL");
+	if (nats ? strncmp(url, "nats://", 7) != 0
+		 : strncmp(url, "http://", 7) && strncmp(url, "https://", 8)) {
+		fail(p, field, nats ? "must be a nats:// URL" : "must be an http:// or https:// URL");
 		goto out;
 	}
 	t->log_url = url_for_log(url, hostport, sizeof hostport);
@@ -410,7 +412,7 @@ static int parse_service(struct parser *p, const char *name, json_t *obj, const 
 	svc->targets = calloc(json_array_size(targets), sizeof *svc->targets);
 	json_array_foreach(targets, i, tv) {
 		snprintf(field, sizeof field, "%s.targets[%zu]", where, i);
-		if (parse_target(p, tv, field, &s, &svc->targets[i]))
+		if (parse_target(p, tv, field, &s, false, &svc->targets[i]))
 			goto out_targets;
 		svc->n_targets++;
 		for (size_t j = 0; j < i; j++)
@@ -421,6 +423,22 @@ static int parse_service(struct parser *p, const char *name, json_t *obj, const 
 				goto out_targets;
 			}
 	}
+	svc->files = calloc(svc->n_targets * PFS_NPROFILES, sizeof *svc->files);
+	for (size_t t = 0; t < svc->n_targets; t++)
+		for (int k = 0; k < PFS_NPROFILES; k++) {
+			struct pfs_file *f;
+			if (!(svc->profiles & (1u << k)))
+				continue;
+			f = &svc->files[svc->n_files++];
+			f->profile = k;
+			f->target = t;
+			snprintf(f->merge_key, sizeof f->merge_key, "%s", pfs_profile_names[k]);
+			if (svc->n_targets == 1)
+				snprintf(f->name, sizeof f->name, "%s.pb.gz", pfs_profile_names[k]);
+			else
+				snprintf(f->name, sizeof f->name, "%s.%s.pb.gz", pfs_profile_names[k],
+					 svc->targets[t].name);
+		}
 	rc = 0;
 out_targets:
 	json_decref(targets);
@@ -429,39 +447,148 @@ out_settings:
 	return rc;
 }
 
+/* Keys a cluster of each kind may have, besides SETTING_KEYS. */
+static const char *const *kind_keys(const char *kind)
+{
+	static const char *const pprof[] = {"kind", "services", SETTING_KEYS, NULL};
+	static const char *const pyroscope[] = {"kind", "url", "window", "range", "tenant", "label",
+						"discover_every", SETTING_KEYS, NULL};
+	static const char *const parca[] = {"kind", "url", "window", "range", "label",
+					    "discover_every", SETTING_KEYS, NULL};
+	static const char *const coroot[] = {"kind", "url", "window", "range", "project", "email",
+					     "password", "password_env", "discover_every",
+					     SETTING_KEYS, NULL};
+	static const char *const nats[] = {"kind", "url", "user", "password", "password_env",
+					   "token", "token_env", "discover_every", SETTING_KEYS, NULL};
+
+	if (strcmp(kind, "pyroscope") == 0)
+		return pyroscope;
+	if (strcmp(kind, "parca") == 0)
+		return parca;
+	if (strcmp(kind, "coroot") == 0)
+		return coroot;
+	if (strcmp(kind, "nats") == 0)
+		return nats;
+	return pprof;
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+/* A cluster whose services are discovered: one endpoint, and for API
+ * kinds the window and range of its <time> directories. */
+static int parse_api(struct parser *p, json_t *obj, const char *where, const char *kind,
+		     const struct settings *s, struct pfs_cluster *c)
+{
+	static const char *const target_keys[] = {"url", "timeout", "headers", "bearer_token",
+						  "bearer_token_env", "basic_auth", NULL};
+	struct pfs_api *a = &c->api;
+	bool nats = strcmp(kind, "nats") == 0;
+	const char *label = NULL, *project = NULL, *email = NULL, *password = NULL, *tenant = NULL,
+		   *user = NULL, *token = NULL;
+	char field[512];
+	json_t *sub = json_object();
+	int rc;
+
+	snprintf(field, sizeof field, "%s.", where);
+	for (const char *const *k = target_keys; *k; k++)
+		if (json_object_get(obj, *k))
+			json_object_set(sub, *k, json_object_get(obj, *k));
+	if (!json_object_get(sub, "url")) {
+		json_decref(sub);
+		snprintf(field, sizeof field, "%s.url", where);
+		return fail(p, field, "is required for kind \"%s\"", kind);
+	}
+	/* tenant: Pyroscope's X-Scope-OrgID header */
+	if (get_string(p, obj, "tenant", field, &tenant)) {
+		json_decref(sub);
+		return -1;
+	}
+	if (tenant) {
+		json_t *h = json_object_get(sub, "headers");
+		h = h ? json_deep_copy(h) : json_object();
+		json_object_set_new(h, "X-Scope-OrgID", json_string(tenant));
+		json_object_set_new(sub, "headers", h);
+	}
+	rc = parse_target(p, sub, where, s, nats, &a->target);
+	json_decref(sub);
+	if (rc)
+		return -1;
+	free(a->target.name);
+	a->target.name = strdup(kind);
+	a->window = 3600;
+	a->range = 86400;
+	a->discover_every = 60;
+	if (get_duration(p, obj, "window", field, 1, &a->window) ||
+	    get_duration(p, obj, "range", field, 1, &a->range) ||
+	    get_duration(p, obj, "discover_every", field, 0, &a->discover_every) ||
+	    get_string(p, obj, "label", field, &label) || get_string(p, obj, "project", field, &project) ||
+	    get_string(p, obj, "email", field, &email) || get_string(p, obj, "user", field, &user) ||
+	    get_secret(p, obj, "password", field, &password) ||
+	    get_secret(p, obj, "token", field, &token))
+		return -1;
+	if (a->range < a->window) {
+		snprintf(field, sizeof field, "%s.range", where);
+		return fail(p, field, "must be at least one window (%gs)", a->window);
+	}
+	if (strcmp(kind, "coroot") == 0 && (!project || !email || !password)) {
+		snprintf(field, sizeof field, "%s.%s", where, !project ? "project" : !email ? "email" : "password");
+		return fail(p, field, "is required for kind \"coroot\"");
+	}
+	if (!label)
+		label = strcmp(kind, "parca") == 0 ? "job" : "service_name";
+	a->label = strdup(label);
+	a->project = dup_or_null(project);
+	a->email = dup_or_null(email);
+	a->password = dup_or_null(password);
+	a->user = dup_or_null(user);
+	a->token = dup_or_null(token);
+	c->profiles = s->profiles;
+	c->cpu_seconds = s->cpu_seconds;
+	return 0;
+}
+
 static int parse_cluster(struct parser *p, const char *name, json_t *obj, const char *where,
 			 const struct settings *inh, struct pfs_cluster *c)
 {
-	static const char *const keys[] = {"kind", "services", SETTING_KEYS, NULL};
 	struct settings s = *inh;
 	char field[512];
-	const char *kind = NULL, *sname;
+	const char *kind = "pprof", *sname;
 	json_t *services, *sv;
 	int rc = -1;
 
 	c->name = strdup(name);
+	pthread_mutex_init(&c->lock, NULL);
 	if (!json_is_object(obj))
-		return fail(p, where, "a cluster must be an object with \"services\"");
+		return fail(p, where, "a cluster must be an object with \"services\" or a \"kind\"");
 	snprintf(field, sizeof field, "%s.", where);
-	if (check_keys(p, obj, field, keys) || get_string(p, obj, "kind", field, &kind))
+	if (get_string(p, obj, "kind", field, &kind))
 		return -1;
-	if (kind && strcmp(kind, "pprof") != 0) {
+	if (!(c->src = pfs_source_find(kind))) {
 		snprintf(field, sizeof field, "%s.kind", where);
-		return fail(p, field, "unknown source kind \"%s\" (supported: pprof)", kind);
+		return fail(p, field, "unknown source kind \"%s\" (supported: pprof, nats, pyroscope, "
+			    "parca, coroot)", kind);
 	}
 	snprintf(field, sizeof field, "%s.", where);
+	if (check_keys(p, obj, field, kind_keys(kind)))
+		return -1;
 	if (parse_settings(p, obj, field, &s))
 		goto out;
+	if (c->src->discover) {
+		rc = parse_api(p, obj, where, kind, &s, c);
+		goto out;
+	}
 	services = json_object_get(obj, "services");
 	snprintf(field, sizeof field, "%s.services", where);
 	if (!json_is_object(services) || json_object_size(services) == 0) {
 		fail(p, field, "must be a non-empty object of service names");
 		goto out;
 	}
-	c->services = calloc(json_object_size(services), sizeof *c->services);
+	c->cap_services = json_object_size(services);
+	c->services = calloc(c->cap_services, sizeof *c->services);
 	json_object_foreach(services, sname, sv) {
-		struct pfs_service *svc = &c->services[c->n_services++];
+		struct pfs_service *svc = calloc(1, sizeof *svc);
 		char sub[512];
+		c->services[c->n_services++] = svc;
 		snprintf(sub, sizeof sub, "%s.services.", where);
 		key_path(field, sizeof field, sub, sname);
 		svc->cluster = c;
@@ -618,18 +745,41 @@ static void free_target(struct pfs_target *t)
 	free(t->password);
 }
 
+static void free_service(struct pfs_service *s)
+{
+	for (size_t k = 0; k < s->n_targets; k++)
+		free_target(&s->targets[k]);
+	free(s->targets);
+	for (size_t k = 0; k < s->n_files; k++)
+		free(s->files[k].type_id);
+	free(s->files);
+	free(s->name);
+	free(s->upstream);
+	free(s);
+}
+
 void pfs_config_free(struct pfs_config *cfg)
 {
 	for (size_t i = 0; i < cfg->n_clusters; i++) {
 		struct pfs_cluster *c = &cfg->clusters[i];
-		for (size_t j = 0; j < c->n_services; j++) {
-			struct pfs_service *s = &c->services[j];
-			for (size_t k = 0; k < s->n_targets; k++)
-				free_target(&s->targets[k]);
-			free(s->targets);
-			free(s->name);
-		}
+		for (size_t j = 0; j < c->n_services; j++)
+			free_service(c->services[j]);
 		free(c->services);
+		for (size_t k = 0; k < c->n_types; k++)
+			free(c->types[k].type_id);
+		free(c->types);
+		if (c->api.target.url)
+			free_target(&c->api.target);
+		free(c->api.label);
+		free(c->api.project);
+		free(c->api.email);
+		free(c->api.user);
+		if (c->api.password)
+			explicit_bzero(c->api.password, strlen(c->api.password));
+		free(c->api.password);
+		if (c->api.token)
+			explicit_bzero(c->api.token, strlen(c->api.token));
+		free(c->api.token);
 		free(c->name);
 	}
 	free(cfg->clusters);
@@ -646,10 +796,37 @@ struct pfs_cluster *pfs_config_cluster(struct pfs_config *cfg, const char *name)
 	return NULL;
 }
 
+static struct pfs_service *find_service(struct pfs_cluster *c, const char *name)
+{
+	struct pfs_service *found = NULL;
+
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < c->n_services && !found; i++)
+		if (strcmp(c->services[i]->name, name) == 0)
+			found = c->services[i];
+	pthread_mutex_unlock(&c->lock);
+	return found;
+}
+
 struct pfs_service *pfs_config_service(struct pfs_cluster *c, const char *name)
 {
-	for (size_t i = 0; i < c->n_services; i++)
-		if (strcmp(c->services[i].name, name) == 0)
-			return &c->services[i];
-	return NULL;
+	struct pfs_service *s = find_service(c, name);
+
+	if (!s && c->src->discover) {
+		pfs_cluster_refresh(c, 5);
+		s = find_service(c, name);
+	}
+	return s;
+}
+
+size_t pfs_cluster_services(struct pfs_cluster *c, struct pfs_service ***out)
+{
+	size_t n;
+
+	pthread_mutex_lock(&c->lock);
+	n = c->n_services;
+	*out = malloc((n ? n : 1) * sizeof **out);
+	memcpy(*out, c->services, n * sizeof **out);
+	pthread_mutex_unlock(&c->lock);
+	return n;
 }

@@ -41,15 +41,31 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
+struct curl_slist *pfs_fetch_headers(const struct pfs_target *t, const char *content_type)
+{
+	struct curl_slist *h = curl_slist_append(NULL, "User-Agent: profilefs/" PROFILEFS_VERSION);
+	char ct[256];
+
+	if (content_type) {
+		snprintf(ct, sizeof ct, "Content-Type: %s", content_type);
+		h = curl_slist_append(h, ct);
+	}
+	for (size_t i = 0; i < t->n_headers; i++)
+		h = curl_slist_append(h, t->headers[i]);
+	return h;
+}
+
 static void start_one(struct pfs_fetch *f)
 {
 	const struct pfs_target *t = f->target;
 	CURL *e = curl_easy_init();
 
-	f->slist = curl_slist_append(NULL, "User-Agent: profilefs/" PROFILEFS_VERSION);
-	for (size_t i = 0; i < t->n_headers; i++)
-		f->slist = curl_slist_append(f->slist, t->headers[i]);
+	f->slist = pfs_fetch_headers(t, f->post ? f->content_type : NULL);
 	curl_easy_setopt(e, CURLOPT_URL, f->url);
+	if (f->post) {
+		curl_easy_setopt(e, CURLOPT_POSTFIELDS, f->post);
+		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)f->post_len);
+	}
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, f->timeout_ms);
@@ -70,6 +86,29 @@ static void start_one(struct pfs_fetch *f)
 	curl_multi_add_handle(g_multi, e);
 }
 
+/* "HTTP <status>", and the start of a short text body (an API's error
+ * message), control characters dropped. */
+static void error_with_body(struct pfs_fetch *f)
+{
+	char text[121];
+	size_t n = 0;
+
+	for (size_t i = 0; i < f->len && n < sizeof text - 1; i++) {
+		uint8_t c = f->body[i];
+		if (c == '\n' || c == '\r')
+			break;
+		if (c < 0x20 || c >= 0x7f) {
+			n = 0; /* binary: show none of it */
+			break;
+		}
+		text[n++] = (char)c;
+	}
+	text[n] = '\0';
+	while (n > 0 && text[n - 1] == ' ')
+		text[--n] = '\0';
+	snprintf(f->error, sizeof f->error, "HTTP %ld%s%s", f->http_status, n ? ": " : "", text);
+}
+
 static void finish_one(struct pfs_fetch *f, CURLcode cc)
 {
 	CURL *e = f->easy;
@@ -87,7 +126,7 @@ static void finish_one(struct pfs_fetch *f, CURLcode cc)
 		snprintf(f->error, sizeof f->error, "HTTP %ld, %s", f->http_status,
 			 f->curl_err[0] ? f->curl_err : curl_easy_strerror(cc));
 	else if (f->http_status != 200)
-		snprintf(f->error, sizeof f->error, "HTTP %ld", f->http_status);
+		error_with_body(f);
 	else
 		f->ok = true;
 	curl_multi_remove_handle(g_multi, e);

@@ -4,6 +4,7 @@
 #include "cache.h"
 #include "merged.h"
 #include "snap.h"
+#include "source.h"
 #include "status.h"
 
 #include <errno.h>
@@ -48,20 +49,25 @@ struct loc {
 	const struct pfs_range *range;
 	char round[PFS_ROUND_NAME_MAX];
 	char file[256];
-	int slot;     /* N_LATEST_FILE */
-	int profile;  /* N_RANGE_FILE */
+	int slot;     /* N_LATEST_FILE: index of the service's file */
+	char key[128];/* N_RANGE_FILE: merge key */
 };
 
-static int profile_by_file(const char *file)
+/* The merge key a merged/<range>/ file name stands for, if the service has it. */
+static int merged_key_of(const struct pfs_service *s, const char *file, char *key, size_t keylen)
 {
-	char name[64];
+	const char **keys;
+	size_t n = pfs_merged_keys(s, &keys), len = strlen(file);
+	int rc = -ENOENT;
 
-	for (int p = 0; p < PFS_NPROFILES; p++) {
-		snprintf(name, sizeof name, "%s.pb.gz", pfs_profile_names[p]);
-		if (strcmp(name, file) == 0)
-			return p;
-	}
-	return -1;
+	for (size_t i = 0; i < n && rc; i++)
+		if (len == strlen(keys[i]) + 6 && strncmp(file, keys[i], len - 6) == 0 &&
+		    strcmp(file + len - 6, ".pb.gz") == 0) {
+			snprintf(key, keylen, "%s", keys[i]);
+			rc = 0;
+		}
+	free(keys);
+	return rc;
 }
 
 static int copy_part(char *dst, size_t dstlen, const char *part)
@@ -118,7 +124,7 @@ static int parse_path(const char *path, struct loc *l)
 			if (copy_part(l->file, sizeof l->file, part))
 				return -ENOENT;
 			if (l->node == N_LATEST) {
-				if ((l->slot = pfs_snap_slot_by_name(l->service, part)) < 0)
+				if ((l->slot = pfs_snap_file_index(l->service, part)) < 0)
 					return -ENOENT;
 				l->node = N_LATEST_FILE;
 			} else {
@@ -126,8 +132,8 @@ static int parse_path(const char *path, struct loc *l)
 			}
 			break;
 		case 5:
-			if (l->node != N_RANGE || (l->profile = profile_by_file(part)) < 0 ||
-			    !(l->service->profiles & (1u << l->profile)))
+			if (l->node != N_RANGE ||
+			    merged_key_of(l->service, part, l->key, sizeof l->key))
 				return -ENOENT;
 			copy_part(l->file, sizeof l->file, part);
 			l->node = N_RANGE_FILE;
@@ -197,7 +203,7 @@ static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *
 		rc = pfs_snap_stat(l.service, l.round, l.file, &size, &t);
 		break;
 	case N_RANGE_FILE:
-		rc = pfs_merged_stat(l.service, l.range, l.profile, &size, &t);
+		rc = pfs_merged_stat(l.service, l.range, l.key, &size, &t);
 		break;
 	}
 	if (rc)
@@ -222,11 +228,9 @@ static void add_round(const char *round, time_t t, void *arg)
 	d->filler(d->buf, round, NULL, 0, 0);
 }
 
-static void add_file(const char *file, off_t size, time_t mtime, void *arg)
+static void add_file(const char *file, void *arg)
 {
 	struct dir_fill *d = arg;
-	(void)size;
-	(void)mtime;
 	d->filler(d->buf, file, NULL, 0, 0);
 }
 
@@ -255,10 +259,16 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
 		for (size_t i = 0; i < g_cfg->n_clusters; i++)
 			filler(buf, g_cfg->clusters[i].name, NULL, 0, 0);
 		return 0;
-	case N_CLUSTER:
-		for (size_t i = 0; i < l.cluster->n_services; i++)
-			filler(buf, l.cluster->services[i].name, NULL, 0, 0);
+	case N_CLUSTER: {
+		struct pfs_service **svcs;
+		size_t n;
+		pfs_cluster_refresh(l.cluster, l.cluster->api.discover_every);
+		n = pfs_cluster_services(l.cluster, &svcs);
+		for (size_t i = 0; i < n; i++)
+			filler(buf, svcs[i]->name, NULL, 0, 0);
+		free(svcs);
 		return 0;
+	}
 	case N_SERVICE:
 		/* Listing a service takes a snapshot (one per latest_ttl): its
 		 * <time> directory is listed now and filled as fetches finish,
@@ -272,12 +282,7 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
 	case N_LATEST:
 		/* Listing latest scrapes all of it at once, so the stat calls
 		 * that follow (ls -l, rsync, cp -r) find every file ready. */
-		pfs_snap_latest_all(l.service);
-		for (int i = 0; i < pfs_snap_slot_count(l.service); i++)
-			if (pfs_snap_slot_served(l.service, i)) {
-				pfs_snap_slot_name(l.service, i, name, sizeof name);
-				filler(buf, name, NULL, 0, 0);
-			}
+		pfs_snap_latest_all(l.service, add_file, &d);
 		return 0;
 	case N_ROUND:
 		return pfs_snap_list_files(l.service, l.round, add_file, &d);
@@ -285,13 +290,17 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
 		for (size_t i = 0; i < g_cfg->n_merged; i++)
 			filler(buf, g_cfg->merged[i].name, NULL, 0, 0);
 		return 0;
-	case N_RANGE:
-		for (int p = 0; p < PFS_NPROFILES; p++)
-			if ((l.service->profiles & (1u << p)) && pfs_merged_has(l.service, l.range, p)) {
-				snprintf(name, sizeof name, "%s.pb.gz", pfs_profile_names[p]);
+	case N_RANGE: {
+		const char **keys;
+		size_t n = pfs_merged_keys(l.service, &keys);
+		for (size_t i = 0; i < n; i++)
+			if (pfs_merged_has(l.service, l.range, keys[i])) {
+				snprintf(name, sizeof name, "%s.pb.gz", keys[i]);
 				filler(buf, name, NULL, 0, 0);
 			}
+		free(keys);
 		return 0;
+	}
 	default:
 		return -ENOTDIR;
 	}
@@ -340,7 +349,7 @@ static int fs_open(const char *path, struct fuse_file_info *fi)
 		break;
 	case N_RANGE_FILE:
 		fi->direct_io = 1; /* rebuilt when new snapshots arrive */
-		fd = pfs_merged_open(l.service, l.range, l.profile);
+		fd = pfs_merged_open(l.service, l.range, l.key);
 		if (fd < 0)
 			rc = fd;
 		break;

@@ -171,7 +171,8 @@ int main(int argc, char *argv[])
 	} else {
 		loop = fuse_loop_cfg_create();
 		fuse_loop_cfg_set_clone_fd(loop, opts.clone_fd);
-		fuse_loop_cfg_set_idle_threads(loop, opts.max_idle_threads);
+		if (opts.max_idle_threads != (unsigned)-1)
+			fuse_loop_cfg_set_idle_threads(loop, opts.max_idle_threads);
 		/* Each request waiting on a slow target holds a thread. */
 		fuse_loop_cfg_set_max_threads(loop, opts.max_threads >= 64 && opts.max_threads <= 100000
 							    ? opts.max_threads : 64);

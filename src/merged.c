@@ -17,7 +17,7 @@
 struct memo {
 	const struct pfs_service *svc;
 	const struct pfs_range *range;
-	int profile;
+	char key[128];
 	uint64_t sig;  /* of the inputs it was built from */
 	int rc;        /* 0 built, -EIO failed */
 	off_t size;
@@ -36,16 +36,31 @@ const struct pfs_range *pfs_merged_range(const struct pfs_config *cfg, const cha
 	return NULL;
 }
 
-static size_t inputs(struct pfs_service *s, const struct pfs_range *r, int profile,
+static size_t inputs(struct pfs_service *s, const struct pfs_range *r, const char *key,
 		     struct pfs_snap_input **in)
 {
-	return pfs_snap_inputs(s, profile, time(NULL) - (time_t)r->seconds, in);
+	return pfs_snap_inputs(s, key, time(NULL) - (time_t)r->seconds, in);
 }
 
-bool pfs_merged_has(struct pfs_service *s, const struct pfs_range *r, int profile)
+size_t pfs_merged_keys(const struct pfs_service *s, const char ***keys)
+{
+	size_t n = 0;
+
+	*keys = malloc((s->n_files ? s->n_files : 1) * sizeof **keys);
+	for (size_t i = 0; i < s->n_files; i++) {
+		bool seen = false;
+		for (size_t j = 0; j < n && !seen; j++)
+			seen = strcmp((*keys)[j], s->files[i].merge_key) == 0;
+		if (!seen)
+			(*keys)[n++] = s->files[i].merge_key;
+	}
+	return n;
+}
+
+bool pfs_merged_has(struct pfs_service *s, const struct pfs_range *r, const char *key)
 {
 	struct pfs_snap_input *in;
-	size_t n = inputs(s, r, profile, &in);
+	size_t n = inputs(s, r, key, &in);
 
 	free(in);
 	return n > 0;
@@ -93,12 +108,12 @@ static void dir_name(const struct pfs_range *r, char *out, size_t outlen)
 }
 
 /* Merge and store; fills m. g_lock held. */
-static void build(struct pfs_service *s, const struct pfs_range *r, int profile,
+static void build(struct pfs_service *s, const struct pfs_range *r, const char *key,
 		  const struct pfs_snap_input *in, size_t n, struct memo *m)
 {
 	uint8_t **bufs = calloc(n, sizeof *bufs), *gz = NULL;
 	size_t *lens = calloc(n, sizeof *lens), gzlen = 0;
-	char err[512] = "", dir[64], file[64];
+	char err[512] = "", dir[64], file[160];
 
 	for (size_t i = 0; i < n && !err[0]; i++) {
 		int fd = pfs_cache_open(s->cluster->name, s->name, in[i].round, in[i].file);
@@ -110,7 +125,7 @@ static void build(struct pfs_service *s, const struct pfs_range *r, int profile,
 	}
 	m->mtime = in[n - 1].t;
 	dir_name(r, dir, sizeof dir);
-	snprintf(file, sizeof file, "%s.pb.gz", pfs_profile_names[profile]);
+	snprintf(file, sizeof file, "%s.pb.gz", key);
 	if (!err[0] && pfs_pprof_merge((const uint8_t *const *)bufs, lens, n, 1u << 30, &gz, &gzlen,
 				       err, sizeof err) == 0 &&
 	    pfs_cache_publish(s->cluster->name, s->name, dir, file, gz, gzlen, m->mtime, err,
@@ -131,17 +146,17 @@ static void build(struct pfs_service *s, const struct pfs_range *r, int profile,
 	free(gz);
 }
 
-static struct memo *memo_for(struct pfs_service *s, const struct pfs_range *r, int profile)
+static struct memo *memo_for(struct pfs_service *s, const struct pfs_range *r, const char *key)
 {
 	struct memo *m;
 
 	for (m = g_memos; m; m = m->next)
-		if (m->svc == s && m->range == r && m->profile == profile)
+		if (m->svc == s && m->range == r && strcmp(m->key, key) == 0)
 			return m;
 	m = calloc(1, sizeof *m);
 	m->svc = s;
 	m->range = r;
-	m->profile = profile;
+	snprintf(m->key, sizeof m->key, "%s", key);
 	m->sig = 0;
 	m->rc = -ENOENT;
 	m->next = g_memos;
@@ -149,11 +164,11 @@ static struct memo *memo_for(struct pfs_service *s, const struct pfs_range *r, i
 	return m;
 }
 
-int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, int profile, off_t *size,
+int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
 		    time_t *mtime)
 {
 	struct pfs_snap_input *in;
-	size_t n = inputs(s, r, profile, &in);
+	size_t n = inputs(s, r, key, &in);
 	int rc;
 
 	if (n == 0) {
@@ -162,10 +177,10 @@ int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, int profil
 	}
 	uint64_t sig = signature(in, n);
 	pthread_mutex_lock(&g_lock);
-	struct memo *m = memo_for(s, r, profile);
+	struct memo *m = memo_for(s, r, key);
 	if (m->sig != sig || m->rc == -ENOENT) {
 		m->sig = sig;
-		build(s, r, profile, in, n, m);
+		build(s, r, key, in, n, m);
 	}
 	rc = m->rc;
 	*size = m->size;
@@ -175,17 +190,17 @@ int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, int profil
 	return rc;
 }
 
-int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, int profile)
+int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char *key)
 {
-	char dir[64], file[64];
+	char dir[64], file[160];
 	off_t size;
 	time_t mtime;
-	int rc = pfs_merged_stat(s, r, profile, &size, &mtime);
+	int rc = pfs_merged_stat(s, r, key, &size, &mtime);
 
 	if (rc)
 		return rc;
 	dir_name(r, dir, sizeof dir);
-	snprintf(file, sizeof file, "%s.pb.gz", pfs_profile_names[profile]);
+	snprintf(file, sizeof file, "%s.pb.gz", key);
 	/* A rebuild renames a new file into place; this fd keeps the one
 	 * whose size getattr reported unless a rebuild raced in between. */
 	return pfs_cache_open(s->cluster->name, s->name, dir, file);

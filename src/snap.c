@@ -2,9 +2,9 @@
 #include "snap.h"
 
 #include "cache.h"
-#include "fetch.h"
 #include "log.h"
 #include "pprof.h"
+#include "source.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum slot_state { SLOT_EMPTY, SLOT_FETCHING, SLOT_READY, SLOT_FAILED };
+/* A slot is one file of one round: file i of the service is slot i. */
+enum slot_state { SLOT_EMPTY, SLOT_FETCHING, SLOT_READY, SLOT_FAILED, SLOT_ABSENT };
 
 struct slot {
 	enum slot_state st;
@@ -29,54 +30,29 @@ struct round {
 
 struct pfs_svc_state {
 	struct round *rounds;
-	struct round *current; /* the round "latest" shows, if fresh */
+	struct round *current; /* scrape kinds: the round "latest" shows, if fresh */
 	struct pfs_target_stats *stats;
+	size_t n_stats;
 };
 
-struct job {
-	struct pfs_fetch f;
-	struct pfs_service *svc;
+struct job_priv {
 	struct round *round;
 	int slot;
-	char url[2048];
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond;
 static struct pfs_config *g_cfg;
 
-/* ---- names ---- */
+static bool windowed(const struct pfs_service *s) { return s->cluster->src->windows; }
 
-int pfs_snap_slot_count(const struct pfs_service *s)
+/* ---- names and windows ---- */
+
+int pfs_snap_file_index(const struct pfs_service *s, const char *file)
 {
-	return (int)s->n_targets * PFS_NPROFILES;
-}
-
-bool pfs_snap_slot_served(const struct pfs_service *s, int slot)
-{
-	return slot >= 0 && slot < pfs_snap_slot_count(s) &&
-	       (s->profiles & (1u << (slot % PFS_NPROFILES)));
-}
-
-void pfs_snap_slot_name(const struct pfs_service *s, int slot, char *out, size_t outlen)
-{
-	const char *prof = pfs_profile_names[slot % PFS_NPROFILES];
-
-	if (s->n_targets == 1)
-		snprintf(out, outlen, "%s.pb.gz", prof);
-	else
-		snprintf(out, outlen, "%s.%s.pb.gz", prof, s->targets[slot / PFS_NPROFILES].name);
-}
-
-int pfs_snap_slot_by_name(const struct pfs_service *s, const char *file)
-{
-	char name[512];
-
-	for (int i = 0; i < pfs_snap_slot_count(s); i++) {
-		pfs_snap_slot_name(s, i, name, sizeof name);
-		if (strcmp(name, file) == 0)
-			return pfs_snap_slot_served(s, i) ? i : -1;
-	}
+	for (size_t i = 0; i < s->n_files; i++)
+		if (strcmp(s->files[i].name, file) == 0)
+			return (int)i;
 	return -1;
 }
 
@@ -98,6 +74,31 @@ static int parse_round(const char *name, time_t *t)
 	*t = timegm(&tm);
 	format_round(*t, back);
 	return strcmp(back, name) == 0 ? 0 : -1;
+}
+
+/* Start of the newest complete window. */
+static time_t newest_window(const struct pfs_service *s, time_t now)
+{
+	time_t w = (time_t)s->cluster->api.window;
+	return now / w * w - w;
+}
+
+/* Start of the oldest window shown (from `since` on, within the range). */
+static time_t oldest_window(const struct pfs_service *s, time_t now, time_t since)
+{
+	time_t w = (time_t)s->cluster->api.window, newest = newest_window(s, now);
+	time_t n = (time_t)(s->cluster->api.range / s->cluster->api.window);
+	time_t oldest = newest - (n - 1) * w;
+
+	if (since > oldest)
+		oldest = (since + w - 1) / w * w;
+	return oldest;
+}
+
+static bool valid_window(const struct pfs_service *s, time_t t, time_t now)
+{
+	return t % (time_t)s->cluster->api.window == 0 && t <= newest_window(s, now) &&
+	       t >= oldest_window(s, now, 0);
 }
 
 /* ---- rounds (g_lock held) ---- */
@@ -123,24 +124,33 @@ static struct round *get_round(struct pfs_service *s, time_t t)
 	r = calloc(1, sizeof *r);
 	r->t = t;
 	memcpy(r->name, name, sizeof name);
-	r->slots = calloc((size_t)pfs_snap_slot_count(s), sizeof *r->slots);
+	r->slots = calloc(s->n_files ? s->n_files : 1, sizeof *r->slots);
+	/* Files frozen by an earlier mount are served as they are. */
+	for (size_t i = 0; i < s->n_files; i++)
+		if (pfs_cache_stat(s->cluster->name, s->name, name, s->files[i].name,
+				   &r->slots[i].size) == 0 && r->slots[i].size > 0)
+			r->slots[i].st = SLOT_READY;
 	r->next = *pp;
 	*pp = r;
 	return r;
 }
 
-static bool round_visible(const struct pfs_service *s, const struct round *r)
+/* The round a <time> name stands for, if it is shown. */
+static struct round *lookup_round(struct pfs_service *s, const char *name)
 {
-	for (int i = 0; i < pfs_snap_slot_count(s); i++)
-		if (r->slots[i].st == SLOT_READY)
-			return true;
-	return false;
+	time_t t;
+
+	if (!windowed(s))
+		return find_round(s, name);
+	if (parse_round(name, &t) || !valid_window(s, t, time(NULL)))
+		return NULL;
+	return get_round(s, t);
 }
 
-static bool round_busy(const struct pfs_service *s, const struct round *r)
+static bool round_has(const struct pfs_service *s, const struct round *r, enum slot_state st)
 {
-	for (int i = 0; i < pfs_snap_slot_count(s); i++)
-		if (r->slots[i].st == SLOT_FETCHING)
+	for (size_t i = 0; i < s->n_files; i++)
+		if (r->slots[i].st == st)
 			return true;
 	return false;
 }
@@ -153,7 +163,7 @@ static void prune(struct pfs_service *s, time_t now)
 	while (*pp) {
 		struct round *r = *pp;
 		if (r->t >= now - (time_t)g_cfg->retention || r == s->state->current ||
-		    round_busy(s, r)) {
+		    round_has(s, r, SLOT_FETCHING)) {
 			pp = &r->next;
 			continue;
 		}
@@ -173,6 +183,8 @@ static struct round *latest_round(struct pfs_service *s, time_t now)
 {
 	struct round *r = s->state->current;
 
+	if (windowed(s))
+		return get_round(s, newest_window(s, now));
 	if (r && now - r->t < (time_t)g_cfg->latest_ttl && now >= r->t)
 		return r;
 	r = get_round(s, now);
@@ -181,23 +193,27 @@ static struct round *latest_round(struct pfs_service *s, time_t now)
 	return r;
 }
 
-/* ---- cache scan ---- */
+/* ---- setup ---- */
 
 static void on_cached(const char *cluster, const char *service, const char *round,
 		      const char *file, off_t size, time_t mtime, void *arg)
 {
 	struct pfs_cluster *c = pfs_config_cluster(g_cfg, cluster);
-	struct pfs_service *s = c ? pfs_config_service(c, service) : NULL;
+	struct pfs_service *s = NULL;
 	time_t t;
-	int slot;
 
-	(void)mtime;
-	(void)arg;
-	if (!s || parse_round(round, &t) || (slot = pfs_snap_slot_by_name(s, file)) < 0 || size <= 0)
-		return;
-	struct round *r = get_round(s, t);
-	r->slots[slot].st = SLOT_READY;
-	r->slots[slot].size = size;
+	(void)file, (void)size, (void)mtime, (void)arg;
+	if (c && !c->src->discover) /* discovered services find theirs on demand */
+		s = pfs_config_service(c, service);
+	if (s && parse_round(round, &t) == 0)
+		get_round(s, t); /* reads which of its files are there */
+}
+
+void pfs_snap_service_init(struct pfs_service *s)
+{
+	s->state = calloc(1, sizeof *s->state);
+	s->state->n_stats = s->n_targets ? s->n_targets : 1;
+	s->state->stats = calloc(s->state->n_stats, sizeof *s->state->stats);
 }
 
 int pfs_snap_init(struct pfs_config *cfg, char *err, size_t errlen)
@@ -212,15 +228,12 @@ int pfs_snap_init(struct pfs_config *cfg, char *err, size_t errlen)
 	if (pfs_cache_init(cfg->cache_dir, err, errlen))
 		return -1;
 	for (size_t i = 0; i < cfg->n_clusters; i++)
-		for (size_t j = 0; j < cfg->clusters[i].n_services; j++) {
-			struct pfs_service *s = &cfg->clusters[i].services[j];
-			s->state = calloc(1, sizeof *s->state);
-			s->state->stats = calloc(s->n_targets, sizeof *s->state->stats);
-		}
+		for (size_t j = 0; j < cfg->clusters[i].n_services; j++)
+			pfs_snap_service_init(cfg->clusters[i].services[j]);
 	pfs_cache_scan(on_cached, NULL);
 	for (size_t i = 0; i < cfg->n_clusters; i++)
 		for (size_t j = 0; j < cfg->clusters[i].n_services; j++) {
-			struct pfs_service *s = &cfg->clusters[i].services[j];
+			struct pfs_service *s = cfg->clusters[i].services[j];
 			struct round *r;
 			prune(s, now);
 			/* A remount within latest_ttl keeps serving the same latest. */
@@ -232,41 +245,178 @@ int pfs_snap_init(struct pfs_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-static void wait_slot(struct pfs_service *s, struct round *r, int slot);
+/* ---- fetching (g_lock held unless said) ---- */
 
-/* Wait (g_lock held) until no fetch of the round is in flight. */
+static size_t stats_index(const struct pfs_service *s, int slot)
+{
+	return s->n_targets ? s->files[slot].target : 0;
+}
+
+void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const char *why)
+{
+	struct job_priv *jp = j->priv;
+	struct pfs_service *s = j->svc;
+	struct round *r = jp->round;
+	const char *file = j->file->name;
+	char reason[512] = "", verr[256];
+	time_t now = time(NULL);
+
+	/* Called without g_lock, on the fetcher thread or a source's own. */
+	if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, g_cfg->max_bytes * 8, verr, sizeof verr)) {
+		snprintf(reason, sizeof reason, "invalid profile: %s", verr);
+		rc = -1;
+	} else if (rc == 0 && pfs_cache_publish(s->cluster->name, s->name, r->name, file, gz, gzlen,
+						r->t, verr, sizeof verr)) {
+		snprintf(reason, sizeof reason, "%s", verr);
+		rc = -1;
+	} else if (rc < 0) {
+		snprintf(reason, sizeof reason, "%s", why ? why : "failed");
+	}
+	if (rc == 0)
+		pfs_debug("fetched %s/%s/%s/%s: %zu bytes", s->cluster->name, s->name, r->name, file,
+			  gzlen);
+	else if (rc == PFS_ABSENT)
+		pfs_debug("no data for %s/%s/%s/%s", s->cluster->name, s->name, r->name, file);
+	else
+		pfs_err("fetch %s/%s %s from %s failed: %s", s->cluster->name, s->name, file, j->what,
+			reason);
+
+	pthread_mutex_lock(&g_lock);
+	struct slot *sl = &r->slots[jp->slot];
+	struct pfs_target_stats *ts = &s->state->stats[stats_index(s, jp->slot)];
+	sl->st = rc == 0 ? SLOT_READY : rc == PFS_ABSENT ? SLOT_ABSENT : SLOT_FAILED;
+	sl->size = rc == 0 ? (off_t)gzlen : 0;
+	sl->failed_at = now;
+	ts->fetches++;
+	ts->last_fetch = now;
+	if (rc >= 0) {
+		ts->last_ok = now;
+		ts->bytes += rc == 0 ? gzlen : 0;
+		ts->last_error[0] = '\0';
+	} else {
+		ts->failures++;
+		snprintf(ts->last_error, sizeof ts->last_error, "%s", reason);
+	}
+	pthread_cond_broadcast(&g_cond);
+	pthread_mutex_unlock(&g_lock);
+
+	free(gz);
+	pfs_fetch_release(&j->f);
+	free(j->post);
+	free(jp);
+	free(j);
+}
+
+static double slot_timeout(const struct pfs_service *s, int slot)
+{
+	const struct pfs_file *f = &s->files[slot];
+	double t = s->n_targets ? s->targets[f->target].timeout : s->cluster->api.target.timeout;
+
+	return f->profile == PFS_CPU ? t + s->cpu_seconds : t;
+}
+
+/* Start the fetch of a slot unless it is done, in flight, or failed too
+ * recently. */
+static void start_slot(struct pfs_service *s, struct round *r, int slot, time_t now)
+{
+	struct slot *sl = &r->slots[slot];
+	struct pfs_job *j;
+	struct job_priv *jp;
+
+	if (sl->st == SLOT_READY || sl->st == SLOT_FETCHING || sl->st == SLOT_ABSENT ||
+	    (sl->st == SLOT_FAILED && now - sl->failed_at < (time_t)g_cfg->retry_after &&
+	     now >= sl->failed_at))
+		return;
+	j = calloc(1, sizeof *j);
+	jp = calloc(1, sizeof *jp);
+	jp->round = r;
+	jp->slot = slot;
+	j->priv = jp;
+	j->svc = s;
+	j->file = &s->files[slot];
+	j->from = r->t;
+	j->to = windowed(s) ? r->t + (time_t)s->cluster->api.window : r->t;
+	j->timeout_ms = (long)(slot_timeout(s, slot) * 1000);
+	j->f.max_bytes = g_cfg->max_bytes;
+	sl->st = SLOT_FETCHING;
+	/* Sources submit to the fetcher or hand off to a thread: neither
+	 * takes g_lock before returning. */
+	s->cluster->src->start(j);
+}
+
+/* Wait until the slot is no longer in flight, at most until a little
+ * after its fetch timeout: every source finishes by then. */
+static void wait_slot(struct pfs_service *s, struct round *r, int slot)
+{
+	struct timespec dl;
+
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += (time_t)slot_timeout(s, slot) + 5;
+	while (r->slots[slot].st == SLOT_FETCHING)
+		if (pthread_cond_timedwait(&g_cond, &g_lock, &dl) == ETIMEDOUT)
+			break;
+}
+
 static void wait_round(struct pfs_service *s, struct round *r)
 {
-	for (int i = 0; i < pfs_snap_slot_count(s); i++)
-		wait_slot(s, r, i);
+	for (size_t i = 0; i < s->n_files; i++)
+		wait_slot(s, r, (int)i);
+}
+
+static void start_round(struct pfs_service *s, struct round *r, time_t now)
+{
+	for (size_t i = 0; i < s->n_files; i++)
+		start_slot(s, r, (int)i, now);
 }
 
 /* ---- listing ---- */
 
 void pfs_snap_list_rounds(struct pfs_service *s, pfs_snap_round_fn fn, void *arg)
 {
+	char name[PFS_ROUND_NAME_MAX];
+	time_t now = time(NULL);
+
 	pthread_mutex_lock(&g_lock);
-	for (struct round *r = s->state->rounds; r; r = r->next)
-		if (round_visible(s, r) || round_busy(s, r))
-			fn(r->name, r->t, arg);
+	if (windowed(s)) {
+		time_t w = (time_t)s->cluster->api.window;
+		for (time_t t = oldest_window(s, now, 0); t <= newest_window(s, now); t += w) {
+			format_round(t, name);
+			fn(name, t, arg);
+		}
+	} else {
+		for (struct round *r = s->state->rounds; r; r = r->next)
+			if (round_has(s, r, SLOT_READY) || round_has(s, r, SLOT_FETCHING))
+				fn(r->name, r->t, arg);
+	}
 	pthread_mutex_unlock(&g_lock);
+}
+
+/* A round ready to list: windows fetched, scrapes' fetches finished. */
+static struct round *settled_round(struct pfs_service *s, const char *round)
+{
+	struct round *r = lookup_round(s, round);
+
+	if (r && windowed(s))
+		start_round(s, r, time(NULL));
+	if (r)
+		wait_round(s, r);
+	return r;
 }
 
 int pfs_snap_list_files(struct pfs_service *s, const char *round, pfs_snap_file_fn fn, void *arg)
 {
-	char name[512];
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&g_lock);
-	struct round *r = find_round(s, round);
-	if (r)
-		wait_round(s, r);
-	for (int i = 0; r && i < pfs_snap_slot_count(s); i++)
-		if (r->slots[i].st == SLOT_READY) {
-			pfs_snap_slot_name(s, i, name, sizeof name);
-			fn(name, r->slots[i].size, r->t, arg);
-			rc = 0;
-		}
+	struct round *r = settled_round(s, round);
+	for (size_t i = 0; r && i < s->n_files; i++) {
+		enum slot_state st = r->slots[i].st;
+		/* a window shows its failures (EIO on access), a scrape round not */
+		if (st == SLOT_READY || (windowed(s) && st == SLOT_FAILED))
+			fn(s->files[i].name, arg);
+	}
+	if (r && (windowed(s) || round_has(s, r, SLOT_READY)))
+		rc = 0;
 	pthread_mutex_unlock(&g_lock);
 	return rc;
 }
@@ -274,14 +424,22 @@ int pfs_snap_list_files(struct pfs_service *s, const char *round, pfs_snap_file_
 int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, off_t *size,
 		  time_t *mtime)
 {
-	int slot = pfs_snap_slot_by_name(s, file), rc = -ENOENT;
+	int slot = pfs_snap_file_index(s, file), rc = -ENOENT;
 
+	if (slot < 0)
+		return -ENOENT;
 	pthread_mutex_lock(&g_lock);
-	struct round *r = slot >= 0 ? find_round(s, round) : NULL;
+	struct round *r = lookup_round(s, round);
+	if (r && windowed(s)) {
+		start_slot(s, r, slot, time(NULL));
+		wait_slot(s, r, slot);
+	}
 	if (r && r->slots[slot].st == SLOT_READY) {
 		*size = r->slots[slot].size;
 		*mtime = r->t;
 		rc = 0;
+	} else if (r && windowed(s) && r->slots[slot].st == SLOT_FAILED) {
+		rc = -EIO;
 	}
 	pthread_mutex_unlock(&g_lock);
 	return rc;
@@ -292,10 +450,10 @@ int pfs_snap_round_time(struct pfs_service *s, const char *round, time_t *t)
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&g_lock);
-	struct round *r = find_round(s, round);
-	if (r)
+	struct round *r = lookup_round(s, round);
+	if (r && !windowed(s))
 		wait_round(s, r);
-	if (r && round_visible(s, r)) {
+	if (r && (windowed(s) || round_has(s, r, SLOT_READY))) {
 		*t = r->t;
 		rc = 0;
 	}
@@ -308,31 +466,60 @@ time_t pfs_snap_latest_time(struct pfs_service *s)
 	time_t t;
 
 	pthread_mutex_lock(&g_lock);
-	t = s->state->current ? s->state->current->t : 0;
+	if (windowed(s))
+		t = newest_window(s, time(NULL));
+	else
+		t = s->state->current ? s->state->current->t : 0;
 	pthread_mutex_unlock(&g_lock);
 	return t;
 }
 
-size_t pfs_snap_inputs(struct pfs_service *s, int profile, time_t since,
+size_t pfs_snap_stats_count(const struct pfs_service *s)
+{
+	return s->state->n_stats;
+}
+
+void pfs_snap_target_stats(struct pfs_service *s, size_t i, struct pfs_target_stats *out)
+{
+	pthread_mutex_lock(&g_lock);
+	*out = s->state->stats[i];
+	pthread_mutex_unlock(&g_lock);
+}
+
+size_t pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since,
 		       struct pfs_snap_input **out)
 {
 	size_t n = 0, cap = 0;
+	time_t now = time(NULL);
 
 	*out = NULL;
 	pthread_mutex_lock(&g_lock);
+	if (windowed(s)) {
+		time_t w = (time_t)s->cluster->api.window;
+		for (int pass = 0; pass < 2; pass++)
+			for (time_t t = oldest_window(s, now, since); t <= newest_window(s, now); t += w) {
+				struct round *r = get_round(s, t);
+				for (size_t i = 0; i < s->n_files; i++)
+					if (strcmp(s->files[i].merge_key, merge_key) == 0) {
+						if (pass == 0)
+							start_slot(s, r, (int)i, now);
+						else
+							wait_slot(s, r, (int)i);
+					}
+			}
+	}
 	for (struct round *r = s->state->rounds; r; r = r->next) {
 		if (r->t < since)
 			continue;
-		for (size_t t = 0; t < s->n_targets; t++) {
-			int slot = (int)t * PFS_NPROFILES + profile;
-			if (r->slots[slot].st != SLOT_READY)
+		for (size_t i = 0; i < s->n_files; i++) {
+			if (r->slots[i].st != SLOT_READY || strcmp(s->files[i].merge_key, merge_key))
 				continue;
 			if (n == cap) {
 				cap = cap ? cap * 2 : 16;
 				*out = realloc(*out, cap * sizeof **out);
 			}
 			memcpy((*out)[n].round, r->name, sizeof r->name);
-			pfs_snap_slot_name(s, slot, (*out)[n].file, sizeof (*out)[n].file);
+			snprintf((*out)[n].file, sizeof (*out)[n].file, "%s", s->files[i].name);
 			(*out)[n++].t = r->t;
 		}
 	}
@@ -340,118 +527,7 @@ size_t pfs_snap_inputs(struct pfs_service *s, int profile, time_t since,
 	return n;
 }
 
-void pfs_snap_target_stats(struct pfs_service *s, size_t target, struct pfs_target_stats *out)
-{
-	pthread_mutex_lock(&g_lock);
-	*out = s->state->stats[target];
-	pthread_mutex_unlock(&g_lock);
-}
-
-/* ---- fetching ---- */
-
-static void job_done(struct pfs_fetch *f)
-{
-	struct job *j = (struct job *)f;
-	struct pfs_service *s = j->svc;
-	struct pfs_target_stats *ts = &s->state->stats[j->slot / PFS_NPROFILES];
-	char why[512] = "", file[512];
-	time_t now = time(NULL);
-	int ok = f->ok;
-
-	pfs_snap_slot_name(s, j->slot, file, sizeof file);
-	if (!ok) {
-		snprintf(why, sizeof why, "%s", f->error);
-	} else {
-		char verr[256];
-		if (pfs_pprof_validate_gz(f->body, f->len, g_cfg->max_bytes * 8, verr, sizeof verr)) {
-			snprintf(why, sizeof why, "HTTP 200, invalid profile: %s", verr);
-			ok = 0;
-		} else if (pfs_cache_publish(s->cluster->name, s->name, j->round->name, file, f->body,
-					     f->len, j->round->t, verr, sizeof verr)) {
-			snprintf(why, sizeof why, "HTTP 200, %s", verr);
-			ok = 0;
-		}
-	}
-	if (ok)
-		pfs_debug("fetched %s/%s/%s/%s: %zu bytes", s->cluster->name, s->name, j->round->name,
-			  file, f->len);
-	else
-		pfs_err("fetch %s/%s %s from %s/%s failed: %s", s->cluster->name, s->name,
-			pfs_profile_names[j->slot % PFS_NPROFILES],
-			s->targets[j->slot / PFS_NPROFILES].log_url,
-			j->slot % PFS_NPROFILES == PFS_CPU ? "profile" : pfs_profile_names[j->slot % PFS_NPROFILES],
-			why);
-
-	pthread_mutex_lock(&g_lock);
-	struct slot *sl = &j->round->slots[j->slot];
-	sl->st = ok ? SLOT_READY : SLOT_FAILED;
-	sl->size = ok ? (off_t)f->len : 0;
-	sl->failed_at = now;
-	ts->fetches++;
-	ts->last_fetch = now;
-	if (ok) {
-		ts->last_ok = now;
-		ts->bytes += f->len;
-		ts->last_error[0] = '\0';
-	} else {
-		ts->failures++;
-		snprintf(ts->last_error, sizeof ts->last_error, "%s", why);
-	}
-	pthread_cond_broadcast(&g_cond);
-	pthread_mutex_unlock(&g_lock);
-
-	pfs_fetch_release(f);
-	free(j);
-}
-
-static double slot_timeout(const struct pfs_service *s, int slot)
-{
-	double t = s->targets[slot / PFS_NPROFILES].timeout;
-	return slot % PFS_NPROFILES == PFS_CPU ? t + s->cpu_seconds : t;
-}
-
-/* Start the fetch of a slot unless it is ready, in flight, or failed too
- * recently. g_lock held. */
-static void start_slot(struct pfs_service *s, struct round *r, int slot, time_t now)
-{
-	struct slot *sl = &r->slots[slot];
-	const struct pfs_target *t = &s->targets[slot / PFS_NPROFILES];
-	int prof = slot % PFS_NPROFILES;
-	struct job *j;
-
-	if (sl->st == SLOT_READY || sl->st == SLOT_FETCHING ||
-	    (sl->st == SLOT_FAILED && now - sl->failed_at < (time_t)g_cfg->retry_after &&
-	     now >= sl->failed_at))
-		return;
-	j = calloc(1, sizeof *j);
-	j->svc = s;
-	j->round = r;
-	j->slot = slot;
-	if (prof == PFS_CPU)
-		snprintf(j->url, sizeof j->url, "%s/profile?seconds=%ld", t->url, (long)s->cpu_seconds);
-	else
-		snprintf(j->url, sizeof j->url, "%s/%s", t->url, pfs_profile_names[prof]);
-	j->f.url = j->url;
-	j->f.target = t;
-	j->f.timeout_ms = (long)(slot_timeout(s, slot) * 1000);
-	j->f.max_bytes = g_cfg->max_bytes;
-	j->f.done = job_done;
-	sl->st = SLOT_FETCHING;
-	pfs_fetch_submit(&j->f);
-}
-
-/* Wait (g_lock held) until the slot is no longer in flight, at most until
- * a little after its fetch timeout: the fetcher always finishes by then. */
-static void wait_slot(struct pfs_service *s, struct round *r, int slot)
-{
-	struct timespec dl;
-
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += (time_t)slot_timeout(s, slot) + 5;
-	while (r->slots[slot].st == SLOT_FETCHING)
-		if (pthread_cond_timedwait(&g_cond, &g_lock, &dl) == ETIMEDOUT)
-			break;
-}
+/* ---- latest ---- */
 
 int pfs_snap_latest(struct pfs_service *s, int slot, char round[PFS_ROUND_NAME_MAX],
 		    off_t *size, time_t *mtime)
@@ -468,33 +544,34 @@ int pfs_snap_latest(struct pfs_service *s, int slot, char round[PFS_ROUND_NAME_M
 		*size = r->slots[slot].size;
 		*mtime = r->t;
 		rc = 0;
+	} else if (r->slots[slot].st == SLOT_ABSENT) {
+		rc = -ENOENT;
 	}
 	pthread_mutex_unlock(&g_lock);
 	return rc;
 }
 
-/* Start every served slot of the latest round; g_lock held. */
-static struct round *start_latest(struct pfs_service *s)
-{
-	time_t now = time(NULL);
-	struct round *r = latest_round(s, now);
-
-	for (int i = 0; i < pfs_snap_slot_count(s); i++)
-		if (pfs_snap_slot_served(s, i))
-			start_slot(s, r, i, now);
-	return r;
-}
-
 void pfs_snap_latest_start(struct pfs_service *s)
 {
+	time_t now = time(NULL);
+
+	if (windowed(s))
+		return; /* windows are fetched when read */
 	pthread_mutex_lock(&g_lock);
-	start_latest(s);
+	start_round(s, latest_round(s, now), now);
 	pthread_mutex_unlock(&g_lock);
 }
 
-void pfs_snap_latest_all(struct pfs_service *s)
+void pfs_snap_latest_all(struct pfs_service *s, pfs_snap_file_fn fn, void *arg)
 {
+	time_t now = time(NULL);
+
 	pthread_mutex_lock(&g_lock);
-	wait_round(s, start_latest(s));
+	struct round *r = latest_round(s, now);
+	start_round(s, r, now);
+	wait_round(s, r);
+	for (size_t i = 0; i < s->n_files; i++)
+		if (r->slots[i].st != SLOT_ABSENT)
+			fn(s->files[i].name, arg);
 	pthread_mutex_unlock(&g_lock);
 }

@@ -30,15 +30,18 @@ char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
 	json_object_set_new(root, "cache_bytes", json_integer((json_int_t)pfs_cache_bytes()));
 	for (size_t i = 0; i < cfg->n_clusters; i++) {
 		struct pfs_cluster *c = &cfg->clusters[i];
-		for (size_t j = 0; j < c->n_services; j++) {
-			struct pfs_service *s = &c->services[j];
-			for (size_t k = 0; k < s->n_targets; k++) {
+		struct pfs_service **svcs;
+		size_t n = pfs_cluster_services(c, &svcs);
+		for (size_t j = 0; j < n; j++) {
+			struct pfs_service *s = svcs[j];
+			for (size_t k = 0; k < pfs_snap_stats_count(s); k++) {
+				const struct pfs_target *t = s->n_targets ? &s->targets[k] : &c->api.target;
 				struct pfs_target_stats st;
 				pfs_snap_target_stats(s, k, &st);
 				json_array_append_new(targets, json_pack(
 					"{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:s?}",
 					"cluster", c->name, "service", s->name,
-					"target", s->targets[k].name, "url", s->targets[k].log_url,
+					"target", t->name, "url", t->log_url,
 					"fetches", (json_int_t)st.fetches, "failures", (json_int_t)st.failures,
 					"bytes", (json_int_t)st.bytes,
 					"last_fetch", time_or_null(st.last_fetch),
@@ -46,6 +49,7 @@ char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
 					"last_error", st.last_error[0] ? st.last_error : NULL));
 			}
 		}
+		free(svcs);
 	}
 	json_object_set_new(root, "targets", targets);
 	out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

@@ -1,0 +1,82 @@
+/* Source kinds: where a cluster's profiles come from. Each kind is one
+ * module (source_<kind>.c) behind this small interface:
+ *   discover  list the cluster's services (kinds whose services are not
+ *             written in the config),
+ *   start     fetch one file of a service for one time, asynchronously,
+ * and a flag saying how <time> directories work: scrape rounds taken when
+ * `latest` is read (pprof, nats), or fixed windows over a range (APIs). */
+#ifndef PFS_SOURCE_H
+#define PFS_SOURCE_H
+
+#include "config.h"
+#include "fetch.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+struct pfs_job;
+
+/* Turn an HTTP body into gzip'd profile.proto bytes (*gz malloc'd).
+ * Returns 0, PFS_ABSENT when the upstream has no data for this file and
+ * time (the file is then not shown), or -1 with a reason in err. */
+typedef int (*pfs_decode_fn)(struct pfs_job *j, const uint8_t *body, size_t len, uint8_t **gz,
+			     size_t *gzlen, char *err, size_t errlen);
+#define PFS_ABSENT 1
+
+/* One fetch of one file, made by snap.c and handed to the source. */
+struct pfs_job {
+	struct pfs_service *svc;
+	const struct pfs_file *file;
+	time_t from, to;        /* the window; for scrapes from == to == round time */
+	long timeout_ms;
+	char what[1024];        /* where it is fetched from, for the log: no secrets */
+
+	/* HTTP sources: pfs_http_start() fills and submits these. */
+	struct pfs_fetch f;
+	char url[2048];
+	pfs_decode_fn decode;
+	uint8_t *post;          /* request body, or NULL for GET */
+	size_t post_len;
+
+	void *priv;             /* snap.c's */
+};
+
+/* The source calls this exactly once per job: rc 0 with gz (taken over),
+ * PFS_ABSENT, or -1 with why. */
+void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const char *why);
+
+struct pfs_source_ops {
+	const char *kind;
+	bool windows;
+	int (*discover)(struct pfs_cluster *c, char *err, size_t errlen);
+	void (*start)(struct pfs_job *j);
+};
+
+const struct pfs_source_ops *pfs_source_find(const char *kind);
+
+/* HTTP helpers for sources. */
+/* Submit j->url (GET, or POST of j->post with content_type) with the
+ * target's auth and headers; the body goes through decode on completion. */
+void pfs_http_start(struct pfs_job *j, const struct pfs_target *t, const char *content_type,
+		    pfs_decode_fn decode);
+/* A blocking request for discovery: 0 and the body (malloc'd) on HTTP 200;
+ * -1 with "HTTP <status>, <error>" in err otherwise. */
+int pfs_http_sync(const struct pfs_target *t, const char *url, const char *content_type,
+		  const uint8_t *post, size_t post_len, uint8_t **body, size_t *len, char *err,
+		  size_t errlen);
+
+/* Add a discovered service: its path name is `upstream` sanitized (and
+ * made unique), its files a copy of files[]. Returns the existing service
+ * if `upstream` is known already. */
+struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *upstream,
+					    const struct pfs_file *files, size_t n_files);
+/* The files an API source's profile type becomes: name and merge key
+ * derived from the type id, sanitized. */
+void pfs_api_file(struct pfs_file *f, const char *type_id, const char *pretty);
+/* Run discovery if the cluster's kind has it and the last run is older
+ * than `max_age` seconds (errors logged once per run). */
+void pfs_cluster_refresh(struct pfs_cluster *c, double max_age);
+
+#endif

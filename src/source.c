@@ -1,0 +1,212 @@
+/* Source registry, discovery bookkeeping, and HTTP helpers for sources. */
+#include "source.h"
+
+#include "log.h"
+#include "names.h"
+#include "snap.h"
+
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern const struct pfs_source_ops pfs_source_pprof, pfs_source_nats, pfs_source_pyroscope,
+	pfs_source_parca, pfs_source_coroot;
+
+const struct pfs_source_ops *pfs_source_find(const char *kind)
+{
+	const struct pfs_source_ops *all[] = {&pfs_source_pprof, &pfs_source_nats,
+					      &pfs_source_pyroscope, &pfs_source_parca,
+					      &pfs_source_coroot};
+
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		if (strcmp(all[i]->kind, kind) == 0)
+			return all[i];
+	return NULL;
+}
+
+void pfs_api_file(struct pfs_file *f, const char *type_id, const char *pretty)
+{
+	char safe[sizeof f->merge_key];
+
+	memset(f, 0, sizeof *f);
+	pfs_name_sanitize(pretty, safe, sizeof safe - 8);
+	snprintf(f->merge_key, sizeof f->merge_key, "%s", safe);
+	snprintf(f->name, sizeof f->name, "%s.pb.gz", safe);
+	f->profile = -1;
+	f->type_id = strdup(type_id);
+}
+
+struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *upstream,
+					    const struct pfs_file *files, size_t n_files)
+{
+	char base[201], name[224];
+	struct pfs_service *s = NULL;
+
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < c->n_services; i++)
+		if (strcmp(c->services[i]->upstream, upstream) == 0) {
+			s = c->services[i];
+			goto out;
+		}
+	pfs_name_sanitize(upstream, base, sizeof base);
+	snprintf(name, sizeof name, "%s", base);
+	for (int k = 2;; k++) {
+		bool taken = false;
+		for (size_t i = 0; i < c->n_services && !taken; i++)
+			taken = strcmp(c->services[i]->name, name) == 0;
+		if (!taken && strcmp(name, "merged") && strcmp(name, "latest"))
+			break;
+		snprintf(name, sizeof name, "%s-%d", base, k);
+	}
+	s = calloc(1, sizeof *s);
+	s->name = strdup(name);
+	s->upstream = strdup(upstream);
+	s->cluster = c;
+	s->profiles = c->profiles;
+	s->cpu_seconds = c->cpu_seconds;
+	s->files = calloc(n_files ? n_files : 1, sizeof *s->files);
+	for (size_t i = 0; i < n_files; i++) {
+		s->files[i] = files[i];
+		s->files[i].type_id = files[i].type_id ? strdup(files[i].type_id) : NULL;
+	}
+	s->n_files = n_files;
+	pfs_snap_service_init(s);
+	if (c->n_services == c->cap_services) {
+		c->cap_services = c->cap_services ? c->cap_services * 2 : 16;
+		c->services = realloc(c->services, c->cap_services * sizeof *c->services);
+	}
+	c->services[c->n_services++] = s;
+	if (strcmp(name, upstream))
+		pfs_info("%s: upstream name \"%.100s\" shown as %s", c->name, upstream, name);
+out:
+	pthread_mutex_unlock(&c->lock);
+	return s;
+}
+
+void pfs_cluster_refresh(struct pfs_cluster *c, double max_age)
+{
+	static pthread_mutex_t running = PTHREAD_MUTEX_INITIALIZER;
+	char err[512] = "";
+	time_t now = time(NULL);
+
+	if (!c->src->discover)
+		return;
+	pthread_mutex_lock(&running); /* one discovery at a time */
+	pthread_mutex_lock(&c->lock);
+	bool due = !c->discovered_at || now - c->discovered_at >= (time_t)max_age;
+	if (due)
+		c->discovered_at = now;
+	pthread_mutex_unlock(&c->lock);
+	if (due && c->src->discover(c, err, sizeof err))
+		pfs_err("discover %s (%s at %s) failed: %s", c->name, c->src->kind,
+			c->api.target.log_url, err);
+	pthread_mutex_unlock(&running);
+}
+
+/* ---- HTTP ---- */
+
+static void http_done(struct pfs_fetch *f)
+{
+	struct pfs_job *j = f->arg;
+	uint8_t *gz = NULL;
+	size_t gzlen = 0;
+	char why[512], derr[256];
+	int rc;
+
+	if (!f->ok) {
+		pfs_job_finish(j, -1, NULL, 0, f->error);
+		return;
+	}
+	rc = j->decode(j, f->body, f->len, &gz, &gzlen, derr, sizeof derr);
+	if (rc < 0)
+		snprintf(why, sizeof why, "HTTP 200, %s", derr);
+	pfs_job_finish(j, rc, gz, gzlen, rc < 0 ? why : NULL);
+}
+
+void pfs_http_start(struct pfs_job *j, const struct pfs_target *t, const char *content_type,
+		    pfs_decode_fn decode)
+{
+	struct pfs_fetch *f = &j->f;
+	size_t max = f->max_bytes;
+
+	memset(f, 0, sizeof *f);
+	f->max_bytes = max;
+	f->url = j->url;
+	f->target = t;
+	f->timeout_ms = j->timeout_ms;
+	f->post = j->post;
+	f->post_len = j->post_len;
+	f->content_type = content_type;
+	f->done = http_done;
+	f->arg = j;
+	j->decode = decode;
+	pfs_fetch_submit(f);
+}
+
+struct sink {
+	uint8_t *p;
+	size_t n, cap, max;
+};
+
+static size_t on_data(char *d, size_t size, size_t nmemb, void *arg)
+{
+	struct sink *s = arg;
+	size_t n = size * nmemb;
+
+	if (s->n + n > s->max)
+		return 0;
+	if (s->n + n + 1 > s->cap) {
+		s->cap = (s->n + n + 1) * 2;
+		s->p = realloc(s->p, s->cap);
+	}
+	memcpy(s->p + s->n, d, n);
+	s->n += n;
+	s->p[s->n] = '\0';
+	return n;
+}
+
+int pfs_http_sync(const struct pfs_target *t, const char *url, const char *content_type,
+		  const uint8_t *post, size_t post_len, uint8_t **body, size_t *len, char *err,
+		  size_t errlen)
+{
+	struct sink s = {.max = 64u << 20};
+	char cerr[CURL_ERROR_SIZE] = "";
+	struct curl_slist *h = pfs_fetch_headers(t, content_type);
+	CURL *e = curl_easy_init();
+	long status = 0;
+	CURLcode cc;
+
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(t->timeout * 1000));
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, &s);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);
+	if (post) {
+		curl_easy_setopt(e, CURLOPT_POSTFIELDS, post);
+		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)post_len);
+	}
+	if (t->username) {
+		curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+		curl_easy_setopt(e, CURLOPT_USERNAME, t->username);
+		curl_easy_setopt(e, CURLOPT_PASSWORD, t->password);
+	}
+	cc = curl_easy_perform(e);
+	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(e);
+	curl_slist_free_all(h);
+	if (cc != CURLE_OK || status != 200) {
+		snprintf(err, errlen, "HTTP %ld%s%s", status, cc != CURLE_OK ? ", " : "",
+			 cc != CURLE_OK ? (cerr[0] ? cerr : curl_easy_strerror(cc)) : "");
+		free(s.p);
+		return -1;
+	}
+	if (!s.p)
+		s.p = calloc(1, 1);
+	*body = s.p;
+	*len = s.n;
+	return 0;
+}
