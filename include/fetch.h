@@ -47,6 +47,9 @@ void pfs_fetch_submit(struct pfs_fetch *f);
 /* The request headers for a target: User-Agent, Content-Type if given,
  * then the target's own (auth included). Free with curl_slist_free_all. */
 struct curl_slist *pfs_fetch_headers(const struct pfs_target *t, const char *content_type);
+/* "HTTP <status>" and the first line of a short text body (an API's error
+ * message), into out. */
+void pfs_http_error(char *out, size_t outlen, long status, const uint8_t *body, size_t len);
 /* Free body and private state (not url, not f). */
 void pfs_fetch_release(struct pfs_fetch *f);
 

@@ -503,10 +503,13 @@ static int parse_api(struct parser *p, json_t *obj, const char *where, const cha
 		json_decref(sub);
 		return -1;
 	}
-	if (tenant) {
+	if (tenant || strcmp(kind, "pyroscope") == 0) {
 		json_t *h = json_object_get(sub, "headers");
 		h = h ? json_deep_copy(h) : json_object();
-		json_object_set_new(h, "X-Scope-OrgID", json_string(tenant));
+		if (tenant)
+			json_object_set_new(h, "X-Scope-OrgID", json_string(tenant));
+		if (strcmp(kind, "pyroscope") == 0)
+			json_object_set_new(h, "Connect-Protocol-Version", json_string("1"));
 		json_object_set_new(sub, "headers", h);
 	}
 	rc = parse_target(p, sub, where, s, nats, &a->target);

@@ -86,15 +86,13 @@ static void start_one(struct pfs_fetch *f)
 	curl_multi_add_handle(g_multi, e);
 }
 
-/* "HTTP <status>", and the start of a short text body (an API's error
- * message), control characters dropped. */
-static void error_with_body(struct pfs_fetch *f)
+void pfs_http_error(char *out, size_t outlen, long status, const uint8_t *body, size_t len)
 {
 	char text[121];
 	size_t n = 0;
 
-	for (size_t i = 0; i < f->len && n < sizeof text - 1; i++) {
-		uint8_t c = f->body[i];
+	for (size_t i = 0; i < len && n < sizeof text - 1; i++) {
+		uint8_t c = body[i];
 		if (c == '\n' || c == '\r')
 			break;
 		if (c < 0x20 || c >= 0x7f) {
@@ -106,7 +104,7 @@ static void error_with_body(struct pfs_fetch *f)
 	text[n] = '\0';
 	while (n > 0 && text[n - 1] == ' ')
 		text[--n] = '\0';
-	snprintf(f->error, sizeof f->error, "HTTP %ld%s%s", f->http_status, n ? ": " : "", text);
+	snprintf(out, outlen, "HTTP %ld%s%s", status, n ? ": " : "", text);
 }
 
 static void finish_one(struct pfs_fetch *f, CURLcode cc)
@@ -126,7 +124,7 @@ static void finish_one(struct pfs_fetch *f, CURLcode cc)
 		snprintf(f->error, sizeof f->error, "HTTP %ld, %s", f->http_status,
 			 f->curl_err[0] ? f->curl_err : curl_easy_strerror(cc));
 	else if (f->http_status != 200)
-		error_with_body(f);
+		pfs_http_error(f->error, sizeof f->error, f->http_status, f->body, f->len);
 	else
 		f->ok = true;
 	curl_multi_remove_handle(g_multi, e);

@@ -30,6 +30,9 @@ void pfs_log(enum pfs_log_level lvl, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
+	for (char *c = line; *c; c++) /* upstream text never breaks the line */
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
 	if (g_syslog) {
 		syslog(prio[lvl], "%s", line);
 		return;

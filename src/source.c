@@ -198,9 +198,11 @@ int pfs_http_sync(const struct pfs_target *t, const char *url, const char *conte
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
 	curl_easy_cleanup(e);
 	curl_slist_free_all(h);
+	if (cc != CURLE_OK)
+		snprintf(err, errlen, "HTTP %ld, %s", status, cerr[0] ? cerr : curl_easy_strerror(cc));
+	else if (status != 200)
+		pfs_http_error(err, errlen, status, s.p, s.n);
 	if (cc != CURLE_OK || status != 200) {
-		snprintf(err, errlen, "HTTP %ld%s%s", status, cc != CURLE_OK ? ", " : "",
-			 cc != CURLE_OK ? (cerr[0] ? cerr : curl_easy_strerror(cc)) : "");
 		free(s.p);
 		return -1;
 	}

@@ -1,0 +1,131 @@
+"""kind "pyroscope": services, types and windows from a Pyroscope querier
+(fake speaking Connect + application/proto exactly)."""
+import calendar
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import go_env, pprof_top
+from fakes.pyroscope import CPU, HEAP, Fake, value_for
+
+SERVICES = ["checkout", "pay/ments", ".."]
+
+
+@pytest.fixture
+def fake():
+    f = Fake(SERVICES, tenant="team-a", token="pyro-t0ken")
+    yield f
+    f.stop()
+
+
+def cfg(fake, **over):
+    c = {"kind": "pyroscope", "url": fake.url, "tenant": "team-a",
+         "bearer_token": "pyro-t0ken", "window": "1h", "range": "3h", "timeout": 3}
+    c.update(over)
+    return {"retry_after": 60, "clusters": {"pyro": c}}
+
+
+def windows(now=None):
+    now = int(now or time.time())
+    newest = now // 3600 * 3600 - 3600
+    return [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(newest - k * 3600)) for k in (2, 1, 0)]
+
+
+def test_tree_files_and_bytes(fake, mount, tmp_path):
+    m = mount(cfg(fake))
+    assert sorted(os.listdir(m.path / "pyro")) == ["_.", "checkout", "pay_ments"]
+    svc = m.path / "pyro/checkout"
+    assert sorted(os.listdir(svc)) == windows() + ["latest", "merged"]
+    w = windows()[1]
+    assert sorted(os.listdir(svc / w)) == ["cpu.pb.gz", "memory.inuse_space.pb.gz"]
+    out = tmp_path / "cpu.pb.gz"
+    shutil.copy(svc / w / "cpu.pb.gz", out)
+    top = pprof_top(out)
+    start_ms = calendar.timegm(time.strptime(w, "%Y-%m-%dT%H:%M:%SZ")) * 1000
+    v = value_for("checkout", CPU, start_ms)
+    assert "main.work_8" in top and f"Showing nodes accounting for {v + v // 10}ns" in top
+    assert os.stat(svc / w / "cpu.pb.gz").st_mtime == start_ms // 1000
+    # latest is the newest complete window
+    assert (svc / "latest/cpu.pb.gz").read_bytes() == (svc / windows()[2] / "cpu.pb.gz").read_bytes()
+    # the request carried the tenant, the token and the exact selector
+    sel = [c for c in fake.calls if c[0] == "SelectMergeProfile"]
+    assert sel and all(h["X-Scope-OrgID"] == "team-a" for _, h, _ in sel)
+    assert all(h["Authorization"] == "Bearer pyro-t0ken" for _, h, _ in sel)
+    assert "pyro-t0ken" not in m.log()
+    # upstream names with / and .. are sanitized and still queried by their real name
+    assert sorted(os.listdir(m.path / "pyro/pay_ments" / w)) == ["cpu.pb.gz",
+                                                                   "memory.inuse_space.pb.gz"]
+    assert os.listdir(m.path / "pyro/_." / w)
+    assert not (m.cache.parent / "pay").exists() and m.error_lines() == []
+
+
+def test_rsync_twice_and_cached_forever(fake, mount, tmp_path):
+    m = mount(cfg(fake))
+    dst = tmp_path / "dst"
+    for expect_zero in (False, True):
+        r = subprocess.run(["rsync", "-a", "--stats", f"{m.path}/", f"{dst}/"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        n = int(r.stdout.split("Number of regular files transferred: ")[1].split()[0])
+        assert (n == 0) == expect_zero, r.stdout
+    calls = len(fake.calls)
+    m.restart()
+    w = windows()[0]
+    assert (m.path / "pyro/checkout" / w / "cpu.pb.gz").read_bytes() == \
+        (dst / "pyro/checkout" / w / "cpu.pb.gz").read_bytes()
+    assert not [c for c in fake.calls[calls:] if c[0] == "SelectMergeProfile"]
+
+
+def test_merged_equals_pprof_merge_of_windows(fake, mount, tmp_path):
+    m = mount(cfg(fake, range="3h"))
+    svc = m.path / "pyro/checkout"
+    ours = tmp_path / "ours.pb.gz"
+    ours.write_bytes((svc / "merged/24h/cpu.pb.gz").read_bytes())
+    files = [svc / w / "cpu.pb.gz" for w in windows()]
+    r = subprocess.run(["go", "tool", "pprof", "-proto", *map(str, files)], capture_output=True,
+                       env=go_env(), timeout=60)
+    assert r.returncode == 0
+    (tmp_path / "theirs.pb.gz").write_bytes(r.stdout)
+    assert pprof_top(ours) == pprof_top(tmp_path / "theirs.pb.gz")
+    assert sorted(os.listdir(svc / "merged/24h")) == ["cpu.pb.gz", "memory.inuse_space.pb.gz"]
+
+
+def test_window_without_data_has_no_file(fake, mount):
+    fake.empty.add(("checkout", HEAP))
+    m = mount(cfg(fake))
+    w = windows()[0]
+    assert os.listdir(m.path / "pyro/checkout" / w) == ["cpu.pb.gz"]
+    with pytest.raises(FileNotFoundError):
+        os.stat(m.path / "pyro/checkout" / w / "memory.inuse_space.pb.gz")
+    assert m.error_lines() == []
+
+
+@pytest.mark.parametrize("mode,reason", [("garbage", "invalid profile: not a profile.proto"),
+                                         ("notfound", "HTTP 404: {\"code\": \"unimplemented\""),
+                                         ("unauth", "HTTP 401"),
+                                         ("slow", "timed out")])
+def test_fetch_failure_is_eio_one_line_nothing_cached(fake, mount, mode, reason):
+    m = mount(cfg(fake, timeout=2))
+    w = windows()[0]
+    svc = m.path / "pyro/checkout"
+    assert os.listdir(svc)  # discovered while the fake works
+    fake.mode = mode
+    with pytest.raises(OSError) as e:
+        (svc / w / "cpu.pb.gz").read_bytes()
+    assert e.value.errno == 5
+    errs = m.error_lines()
+    assert len(errs) == 1 and reason in errs[0] and "SelectMergeProfile" in errs[0], errs
+    assert f"{fake.url}/querier.v1.QuerierService" in errs[0] and "pyro/checkout cpu.pb.gz" in errs[0]
+    assert m.cached_files() == []
+
+
+def test_discovery_refused_is_one_line_and_empty_cluster(fake, mount):
+    m = mount(cfg(fake, bearer_token="wrong"))
+    assert os.listdir(m.path / "pyro") == []
+    errs = m.error_lines()
+    assert len(errs) == 1 and "discover pyro (pyroscope at" in errs[0], errs
+    assert "ProfileTypes: HTTP 401" in errs[0] and "unauthenticated" in errs[0]
+    assert "wrong" not in m.log()
