@@ -72,9 +72,23 @@ int pfs_http_sync(const struct pfs_target *t, const char *url, const char *conte
  * if `upstream` is known already. */
 struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *upstream,
 					    const struct pfs_file *files, size_t n_files);
-/* The files an API source's profile type becomes: name and merge key
- * derived from the type id, sanitized. */
-void pfs_api_file(struct pfs_file *f, const char *type_id, const char *pretty);
+/* Add a profile type to the cluster's list of files (once: services keep
+ * the files they were made with): file <pretty>.pb.gz, sanitized, made
+ * unique. Call with c->lock held. */
+void pfs_api_add_type(struct pfs_cluster *c, const char *type_id, const char *pretty);
+
+/* Helpers for API sources. */
+void pfs_rfc3339(time_t t, char out[32]);
+/* URL-escaped copy (malloc'd). */
+char *pfs_url_escape(const char *s);
+/* Standard base64 (padding optional, whitespace not allowed) into *out
+ * (malloc'd); -1 on a bad character. */
+int pfs_base64_decode(const char *in, size_t len, uint8_t **out, size_t *outlen);
+/* {label="value"} with \ and " escaped. */
+void pfs_label_selector(const char *label, const char *value, char *out, size_t outlen);
+/* PFS_ABSENT for a gzip'd profile with no samples, 0 otherwise (also for
+ * bytes that do not decode: validation reports those). */
+int pfs_gz_profile_is_empty(const uint8_t *gz, size_t len);
 /* Run discovery if the cluster's kind has it and the last run is older
  * than `max_age` seconds (errors logged once per run). */
 void pfs_cluster_refresh(struct pfs_cluster *c, double max_age);

@@ -3,6 +3,8 @@
 
 #include "log.h"
 #include "names.h"
+#include "pprof.h"
+#include "profile.pb-c.h"
 #include "snap.h"
 
 #include <curl/curl.h>
@@ -25,16 +27,93 @@ const struct pfs_source_ops *pfs_source_find(const char *kind)
 	return NULL;
 }
 
-void pfs_api_file(struct pfs_file *f, const char *type_id, const char *pretty)
+void pfs_api_add_type(struct pfs_cluster *c, const char *type_id, const char *pretty)
 {
-	char safe[sizeof f->merge_key];
+	char base[100], key[128];
+	struct pfs_file *f;
 
+	pfs_name_sanitize(pretty, base, sizeof base);
+	snprintf(key, sizeof key, "%s", base);
+	for (int k = 2;; k++) {
+		bool taken = false;
+		for (size_t i = 0; i < c->n_types && !taken; i++)
+			taken = strcmp(c->types[i].merge_key, key) == 0;
+		if (!taken)
+			break;
+		snprintf(key, sizeof key, "%s-%d", base, k);
+	}
+	c->types = realloc(c->types, (c->n_types + 1) * sizeof *c->types);
+	f = &c->types[c->n_types++];
 	memset(f, 0, sizeof *f);
-	pfs_name_sanitize(pretty, safe, sizeof safe - 8);
-	snprintf(f->merge_key, sizeof f->merge_key, "%s", safe);
-	snprintf(f->name, sizeof f->name, "%s.pb.gz", safe);
+	snprintf(f->merge_key, sizeof f->merge_key, "%s", key);
+	snprintf(f->name, sizeof f->name, "%s.pb.gz", key);
 	f->profile = -1;
 	f->type_id = strdup(type_id);
+}
+
+void pfs_rfc3339(time_t t, char out[32])
+{
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+char *pfs_url_escape(const char *s)
+{
+	char *e = curl_easy_escape(NULL, s, 0), *out = strdup(e ? e : "");
+	curl_free(e);
+	return out;
+}
+
+int pfs_base64_decode(const char *in, size_t len, uint8_t **out, size_t *outlen)
+{
+	static const char *abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	uint32_t acc = 0;
+	int bits = 0;
+	size_t n = 0;
+
+	*out = malloc(len / 4 * 3 + 4);
+	for (size_t i = 0; i < len; i++) {
+		const char *p;
+		if (in[i] == '=')
+			break;
+		if (!in[i] || !(p = strchr(abc, in[i]))) {
+			free(*out);
+			*out = NULL;
+			return -1;
+		}
+		acc = (acc << 6) | (uint32_t)(p - abc);
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			(*out)[n++] = (uint8_t)(acc >> bits);
+		}
+	}
+	*outlen = n;
+	return 0;
+}
+
+void pfs_label_selector(const char *label, const char *value, char *out, size_t outlen)
+{
+	size_t o = (size_t)snprintf(out, outlen, "{%s=\"", label);
+
+	for (const char *v = value; *v && o + 4 < outlen; v++) {
+		if (*v == '"' || *v == '\\')
+			out[o++] = '\\';
+		out[o++] = *v;
+	}
+	snprintf(out + o, outlen - o, "\"}");
+}
+
+int pfs_gz_profile_is_empty(const uint8_t *gz, size_t len)
+{
+	char err[256];
+	struct Perftools__Profiles__Profile *p = pfs_pprof_decode_gz(gz, len, 1u << 30, err, sizeof err);
+	int rc = p && p->n_sample == 0 ? PFS_ABSENT : 0;
+
+	if (p)
+		perftools__profiles__profile__free_unpacked(p, NULL);
+	return rc;
 }
 
 struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *upstream,

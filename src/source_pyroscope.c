@@ -64,14 +64,12 @@ static int load_types(struct pfs_cluster *c, int64_t start, int64_t end, char *e
 		return -1;
 	}
 	pthread_mutex_lock(&c->lock);
-	if (c->n_types == 0) { /* services keep the files they were made with */
-		c->types = calloc(resp->n_profile_types ? resp->n_profile_types : 1, sizeof *c->types);
+	if (c->n_types == 0) /* services keep the files they were made with */
 		for (size_t i = 0; i < resp->n_profile_types; i++) {
 			char pretty[128];
 			pretty_name(resp->profile_types[i], pretty, sizeof pretty);
-			pfs_api_file(&c->types[c->n_types++], resp->profile_types[i]->id, pretty);
+			pfs_api_add_type(c, resp->profile_types[i]->id, pretty);
 		}
-	}
 	pthread_mutex_unlock(&c->lock);
 	querier__v1__profile_types_response__free_unpacked(resp, NULL);
 	return 0;
@@ -123,26 +121,13 @@ static int decode(struct pfs_job *j, const uint8_t *body, size_t len, uint8_t **
 	return pfs_gzip(body, len, gz, gzlen, err, errlen);
 }
 
-/* {label="value"} with \ and " escaped. */
-static void selector(const char *label, const char *value, char *out, size_t outlen)
-{
-	size_t o = (size_t)snprintf(out, outlen, "{%s=\"", label);
-
-	for (const char *v = value; *v && o + 4 < outlen; v++) {
-		if (*v == '"' || *v == '\\')
-			out[o++] = '\\';
-		out[o++] = *v;
-	}
-	snprintf(out + o, outlen - o, "\"}");
-}
-
 static void start(struct pfs_job *j)
 {
 	struct pfs_cluster *c = j->svc->cluster;
 	Querier__V1__SelectMergeProfileRequest req = QUERIER__V1__SELECT_MERGE_PROFILE_REQUEST__INIT;
 	char sel[1024];
 
-	selector(c->api.label, j->svc->upstream, sel, sizeof sel);
+	pfs_label_selector(c->api.label, j->svc->upstream, sel, sizeof sel);
 	req.profile_typeid = j->file->type_id;
 	req.label_selector = sel;
 	req.start = (int64_t)j->from * 1000;

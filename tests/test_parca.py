@@ -1,0 +1,65 @@
+"""kind "parca": services, types and windows from Parca's REST API (fake)."""
+import os
+import time
+
+import pytest
+
+from conftest import pprof_top
+from fakes.parca import Fake
+
+
+@pytest.fixture
+def fake():
+    f = Fake(["api", "a/../b"], token="parca-tok")
+    yield f
+    f.stop()
+
+
+def cfg(fake, **over):
+    c = {"kind": "parca", "url": fake.url, "bearer_token": "parca-tok", "window": "1h",
+         "range": "2h", "timeout": 2}
+    c.update(over)
+    return {"retry_after": 60, "clusters": {"parca": c}}
+
+
+def windows():
+    newest = int(time.time()) // 3600 * 3600 - 3600
+    return [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(newest - k * 3600)) for k in (1, 0)]
+
+
+def test_tree_and_profile(fake, mount, tmp_path):
+    m = mount(cfg(fake))
+    assert sorted(os.listdir(m.path / "parca")) == ["a_.._b", "api"]
+    svc = m.path / "parca/api"
+    assert sorted(os.listdir(svc)) == windows() + ["latest", "merged"]
+    w = windows()[0]
+    assert sorted(os.listdir(svc / w)) == ["cpu.pb.gz", "memory.inuse_space.pb.gz"]
+    out = tmp_path / "cpu.pb.gz"
+    out.write_bytes((svc / w / "cpu.pb.gz").read_bytes())
+    assert "main.parca_3" in pprof_top(out)
+    q = [c for c in fake.calls if c[0] == "/api/profiles/query"]
+    assert 'process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{job="api"}' in \
+        [c[1]["merge.query"] for c in q]
+    assert (m.path / "parca/a_.._b" / w / "cpu.pb.gz").read_bytes()[:2] == b"\x1f\x8b"
+    merged = tmp_path / "merged.pb.gz"
+    merged.write_bytes((svc / "merged/24h/cpu.pb.gz").read_bytes())
+    assert "main.parca_3" in pprof_top(merged)
+    assert m.error_lines() == [] and "parca-tok" not in m.log()
+
+
+@pytest.mark.parametrize("mode,reason", [("badjson", "HTTP 200, bad JSON"),
+                                         ("nopprof", "no \"pprof\" string"),
+                                         ("badbase64", "not base64"),
+                                         ("unauth", "HTTP 401: {\"code\": 16"),
+                                         ("slow", "timed out")])
+def test_failures(fake, mount, mode, reason):
+    m = mount(cfg(fake))
+    svc = m.path / "parca/api"
+    os.listdir(svc)
+    fake.mode = mode
+    with pytest.raises(OSError) as e:
+        (svc / windows()[0] / "cpu.pb.gz").read_bytes()
+    assert e.value.errno == 5
+    errs = m.error_lines()
+    assert len(errs) == 1 and reason in errs[0] and "/api/profiles/query" in errs[0], errs
+    assert m.cached_files() == []
