@@ -43,8 +43,8 @@ struct pfs_job {
 	void *priv;             /* snap.c's */
 };
 
-/* The source calls this exactly once per job: rc 0 with gz (taken over),
- * PFS_ABSENT, or -1 with why. */
+/* The source calls this exactly once per job, never from inside start():
+ * rc 0 with gz (taken over), PFS_ABSENT, or -1 with why. */
 void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const char *why);
 
 struct pfs_source_ops {
@@ -67,11 +67,12 @@ int pfs_http_sync(const struct pfs_target *t, const char *url, const char *conte
 		  const uint8_t *post, size_t post_len, uint8_t **body, size_t *len, char *err,
 		  size_t errlen);
 
-/* Add a discovered service: its path name is `upstream` sanitized (and
- * made unique), its files a copy of files[]. Returns the existing service
- * if `upstream` is known already. */
+/* Add a discovered service: `upstream` is what the source queries it by,
+ * its path name `display` sanitized (and made unique), its files a copy of
+ * files[]. Returns the existing service if `upstream` is known already. */
 struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *upstream,
-					    const struct pfs_file *files, size_t n_files);
+					    const char *display, const struct pfs_file *files,
+					    size_t n_files);
 /* Add a profile type to the cluster's list of files (once: services keep
  * the files they were made with): file <pretty>.pb.gz, sanitized, made
  * unique. Call with c->lock held. */

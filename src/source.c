@@ -117,7 +117,8 @@ int pfs_gz_profile_is_empty(const uint8_t *gz, size_t len)
 }
 
 struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *upstream,
-					    const struct pfs_file *files, size_t n_files)
+					    const char *display, const struct pfs_file *files,
+					    size_t n_files)
 {
 	char base[201], name[224];
 	struct pfs_service *s = NULL;
@@ -128,7 +129,7 @@ struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *u
 			s = c->services[i];
 			goto out;
 		}
-	pfs_name_sanitize(upstream, base, sizeof base);
+	pfs_name_sanitize(display, base, sizeof base);
 	snprintf(name, sizeof name, "%s", base);
 	for (int k = 2;; k++) {
 		bool taken = false;
@@ -156,8 +157,8 @@ struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *u
 		c->services = realloc(c->services, c->cap_services * sizeof *c->services);
 	}
 	c->services[c->n_services++] = s;
-	if (strcmp(name, upstream))
-		pfs_info("%s: upstream name \"%.100s\" shown as %s", c->name, upstream, name);
+	if (strcmp(name, display))
+		pfs_info("%s: upstream name \"%.100s\" shown as %s", c->name, display, name);
 out:
 	pthread_mutex_unlock(&c->lock);
 	return s;

@@ -105,7 +105,8 @@ static int discover(struct pfs_cluster *c, char *err, size_t errlen)
 	json_array_foreach(values, i, v)
 		if (json_is_string(v) && json_string_length(v) > 0 &&
 		    strlen(json_string_value(v)) == json_string_length(v))
-			pfs_cluster_add_service(c, json_string_value(v), c->types, c->n_types);
+			pfs_cluster_add_service(c, json_string_value(v), json_string_value(v), c->types,
+						c->n_types);
 	json_decref(root);
 	return 0;
 }

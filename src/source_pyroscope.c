@@ -98,7 +98,7 @@ static int discover(struct pfs_cluster *c, char *err, size_t errlen)
 	}
 	for (size_t i = 0; i < resp->n_names; i++)
 		if (resp->names[i][0])
-			pfs_cluster_add_service(c, resp->names[i], c->types, c->n_types);
+			pfs_cluster_add_service(c, resp->names[i], resp->names[i], c->types, c->n_types);
 	querier__v1__label_values_response__free_unpacked(resp, NULL);
 	return 0;
 }
