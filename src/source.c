@@ -191,7 +191,7 @@ static void http_done(struct pfs_fetch *f)
 	struct pfs_job *j = f->arg;
 	uint8_t *gz = NULL;
 	size_t gzlen = 0;
-	char why[512], derr[256];
+	char why[512], derr[256] = "";
 	int rc;
 
 	if (!f->ok) {

@@ -1,17 +1,356 @@
-/* Source kind "coroot" (placeholder until implemented). */
+/* Source kind "coroot": Coroot has no pprof export, so profiles are made
+ * from its profiling view's flame graph.
+ *   login     POST /api/login {"email","password"} -> cookie coroot_session
+ *   services  GET /api/project/<p>/overview/applications -> data.applications[].id
+ *   files     GET /api/project/<p>/app/<id>/profiling -> data.profiles[].type
+ *   bytes     the same with query={"type","from","to"} (seconds) and from/to
+ *             (ms): data.profile.flamegraph, a tree of {name,total,self,
+ *             children}, turned into a profile.proto whose samples are the
+ *             tree's self values (stacks root to node); cpu types get
+ *             Go's samples/count + cpu/nanoseconds sample types. */
 #include "source.h"
+
+#include "log.h"
+#include "merge.h"
+
+#include <curl/curl.h>
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CPU_PERIOD 10000000 /* ns per sample, as Go's 100 Hz profiler */
+
+/* The cluster's target with the session cookie added. Replaced on a new
+ * login; old ones stay (fetches in flight may use them). */
+struct session {
+	struct pfs_cluster *c;
+	struct pfs_target t;
+	struct session *next;
+};
+static struct session *g_sessions;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const struct pfs_target *session_target(struct pfs_cluster *c)
+{
+	const struct pfs_target *t = NULL;
+
+	pthread_mutex_lock(&g_lock);
+	for (struct session *s = g_sessions; s && !t; s = s->next)
+		if (s->c == c)
+			t = &s->t;
+	pthread_mutex_unlock(&g_lock);
+	return t;
+}
+
+static size_t on_header(char *buf, size_t size, size_t n, void *arg)
+{
+	char **cookie = arg;
+	size_t len = size * n;
+	static const char key[] = "set-cookie: coroot_session=";
+
+	if (len > sizeof key && strncasecmp(buf, key, sizeof key - 1) == 0) {
+		const char *v = buf + sizeof key - 1;
+		size_t vl = strcspn(v, ";\r\n");
+		free(*cookie);
+		*cookie = strndup(v, vl);
+	}
+	return len;
+}
+
+static size_t discard(char *d, size_t s, size_t n, void *a)
+{
+	(void)d, (void)a;
+	return s * n;
+}
+
+static int login(struct pfs_cluster *c, char *err, size_t errlen)
+{
+	const struct pfs_target *base = &c->api.target;
+	char url[2048], cerr[CURL_ERROR_SIZE] = "";
+	json_t *body = json_pack("{s:s, s:s}", "email", c->api.email, "password", c->api.password);
+	char *json = json_dumps(body, JSON_COMPACT), *cookie = NULL;
+	struct curl_slist *h = pfs_fetch_headers(base, "application/json");
+	CURL *e = curl_easy_init();
+	long status = 0;
+	CURLcode cc;
+
+	snprintf(url, sizeof url, "%s/api/login", base->url);
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(base->timeout * 1000));
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(e, CURLOPT_POSTFIELDS, json);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, &cookie);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);
+	cc = curl_easy_perform(e);
+	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(e);
+	curl_slist_free_all(h);
+	explicit_bzero(json, strlen(json));
+	free(json);
+	json_decref(body);
+	if (cc != CURLE_OK || status != 200 || !cookie) {
+		snprintf(err, errlen, "login: HTTP %ld%s%s", status,
+			 cc != CURLE_OK ? ", " : status == 200 ? ", no coroot_session cookie" : "",
+			 cc != CURLE_OK ? (cerr[0] ? cerr : curl_easy_strerror(cc)) : "");
+		free(cookie);
+		return -1;
+	}
+	struct session *s = calloc(1, sizeof *s);
+	s->c = c;
+	s->t = *base;
+	s->t.headers = calloc(base->n_headers + 1, sizeof *s->t.headers);
+	memcpy(s->t.headers, base->headers, base->n_headers * sizeof *s->t.headers);
+	size_t n = strlen(cookie) + 32;
+	s->t.headers[base->n_headers] = malloc(n);
+	snprintf(s->t.headers[base->n_headers], n, "Cookie: coroot_session=%s", cookie);
+	s->t.n_headers = base->n_headers + 1;
+	explicit_bzero(cookie, strlen(cookie));
+	free(cookie);
+	pthread_mutex_lock(&g_lock);
+	s->next = g_sessions; /* newest first: session_target finds it */
+	g_sessions = s;
+	pthread_mutex_unlock(&g_lock);
+	return 0;
+}
+
+static int get_json(const struct pfs_target *t, const char *url, const char *what, json_t **data,
+		    char *err, size_t errlen)
+{
+	json_error_t jerr;
+	uint8_t *body;
+	size_t len;
+	char why[512];
+	json_t *root;
+
+	if (pfs_http_sync(t, url, NULL, NULL, 0, &body, &len, why, sizeof why)) {
+		snprintf(err, errlen, "%s: %s", what, why);
+		return -1;
+	}
+	root = json_loadb((const char *)body, len, 0, &jerr);
+	free(body);
+	if (!root || !json_is_object(json_object_get(root, "data"))) {
+		snprintf(err, errlen, "%s: HTTP 200, %s", what, root ? "no \"data\" object" : "bad JSON");
+		json_decref(root);
+		return -1;
+	}
+	*data = json_incref(json_object_get(root, "data"));
+	json_decref(root);
+	return 0;
+}
+
+/* "cpu" for the CPU types, else the type's middle part ("heap_inuse_space"). */
+static void pretty_name(const char *type, char *out, size_t outlen)
+{
+	const char *a = strchr(type, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+
+	if (!a || !b)
+		snprintf(out, outlen, "%s", type);
+	else if (strncmp(a + 1, "profile_cpu:", 12) == 0 || strncmp(a + 1, "cpu:", 4) == 0)
+		snprintf(out, outlen, "cpu");
+	else
+		snprintf(out, outlen, "%.*s", (int)(b - a - 1), a + 1);
+}
+
+static void app_url(struct pfs_cluster *c, const char *app, char *out, size_t outlen)
+{
+	char *p = pfs_url_escape(c->api.project), *a = pfs_url_escape(app);
+	snprintf(out, outlen, "%s/api/project/%s/app/%s/profiling", c->api.target.url, p, a);
+	free(p);
+	free(a);
+}
+
+static void add_app(struct pfs_cluster *c, const struct pfs_target *t, const char *app)
+{
+	char url[4096], err[512];
+	json_t *data, *profiles, *p;
+	struct pfs_cluster types = {0}; /* a scratch list, for pfs_api_add_type */
+	size_t i;
+
+	app_url(c, app, url, sizeof url);
+	if (get_json(t, url, "profiling", &data, err, sizeof err)) {
+		pfs_warn("%s: app %s: %s", c->name, app, err);
+		return;
+	}
+	profiles = json_object_get(data, "profiles");
+	json_array_foreach(profiles, i, p) {
+		const char *type = json_string_value(json_object_get(p, "type"));
+		char pretty[128];
+		if (!type || !*type)
+			continue;
+		pretty_name(type, pretty, sizeof pretty);
+		pfs_api_add_type(&types, type, pretty);
+	}
+	json_decref(data);
+	pfs_cluster_add_service(c, app, app, types.types, types.n_types);
+	for (i = 0; i < types.n_types; i++)
+		free(types.types[i].type_id);
+	free(types.types);
+}
 
 static int discover(struct pfs_cluster *c, char *err, size_t errlen)
 {
-	(void)c;
-	snprintf(err, errlen, "not implemented");
-	return -1;
+	char url[2048], *p = pfs_url_escape(c->api.project);
+	time_t now = time(NULL);
+	json_t *data, *apps, *a;
+	size_t i;
+
+	/* A session per discovery run: a cookie that expired is renewed. */
+	if (login(c, err, errlen)) {
+		free(p);
+		return -1;
+	}
+	snprintf(url, sizeof url, "%s/api/project/%s/overview/applications?from=%lld&to=%lld",
+		 c->api.target.url, p, (long long)(now - (time_t)c->api.range) * 1000,
+		 (long long)now * 1000);
+	free(p);
+	const struct pfs_target *t = session_target(c);
+	if (get_json(t, url, "applications", &data, err, errlen))
+		return -1;
+	apps = json_object_get(data, "applications");
+	json_array_foreach(apps, i, a) {
+		const char *id = json_string_value(json_object_get(a, "id"));
+		if (id && *id)
+			add_app(c, t, id);
+	}
+	json_decref(data);
+	return 0;
+}
+
+/* ---- flame graph -> profile.proto ---- */
+
+struct conv {
+	struct pfs_pb *b;
+	uint64_t *stack; /* location ids, root first */
+	size_t depth, cap;
+	bool cpu;
+	int64_t total;
+	char *err;
+	size_t errlen;
+};
+
+static int walk(struct conv *cv, json_t *node, bool root)
+{
+	json_t *children = json_object_get(node, "children"), *ch;
+	json_int_t self = json_integer_value(json_object_get(node, "self"));
+	const char *name = json_string_value(json_object_get(node, "name"));
+	size_t i;
+
+	if (!root) {
+		if (!name) {
+			snprintf(cv->err, cv->errlen, "flamegraph node without a name");
+			return -1;
+		}
+		int64_t fn = pfs_pb_str(cv->b, name);
+		uint64_t f = pfs_pb_function(cv->b, fn, fn, 0, 0);
+		struct pfs_pb_line line = {f, 0};
+		if (cv->depth == cv->cap) {
+			cv->cap = cv->cap ? cv->cap * 2 : 64;
+			cv->stack = realloc(cv->stack, cv->cap * sizeof *cv->stack);
+		}
+		cv->stack[cv->depth++] = pfs_pb_location(cv->b, 0, 0, &line, 1, 0);
+		if (self > 0) {
+			uint64_t leaf_first[4096];
+			size_t n = cv->depth < 4096 ? cv->depth : 4096;
+			int64_t v[2] = {self / CPU_PERIOD, self};
+			for (size_t k = 0; k < n; k++)
+				leaf_first[k] = cv->stack[cv->depth - 1 - k];
+			if (cv->cpu && v[0] == 0)
+				v[0] = 1;
+			pfs_pb_sample(cv->b, leaf_first, n, cv->cpu ? v : &v[1], NULL, 0);
+			cv->total += self;
+		}
+	}
+	json_array_foreach(children, i, ch)
+		if (walk(cv, ch, false))
+			return -1;
+	if (!root)
+		cv->depth--;
+	return 0;
+}
+
+static int decode(struct pfs_job *j, const uint8_t *body, size_t len, uint8_t **gz, size_t *gzlen,
+		  char *err, size_t errlen)
+{
+	json_error_t jerr;
+	json_t *root = json_loadb((const char *)body, len, 0, &jerr), *data, *prof, *fg;
+	const char *type = j->file->type_id, *got, *status;
+	char unit[64] = "count", sample[128];
+	int rc = -1;
+
+	if (!root) {
+		snprintf(err, errlen, "bad JSON: %s", jerr.text);
+		return -1;
+	}
+	data = json_object_get(root, "data");
+	prof = json_object_get(data, "profile");
+	fg = json_object_get(prof, "flamegraph");
+	got = json_string_value(json_object_get(prof, "type"));
+	status = json_string_value(json_object_get(data, "status"));
+	if (!json_is_object(data)) {
+		snprintf(err, errlen, "no \"data\" object");
+	} else if (json_is_null(fg) || !fg) {
+		/* "No profiles found": no data for this window; other statuses
+		 * (a ClickHouse error) are failures */
+		if (status && strcmp(status, "warning") == 0)
+			snprintf(err, errlen, "coroot: %s",
+				 json_string_value(json_object_get(data, "message")) ?: "warning");
+		else
+			rc = PFS_ABSENT;
+	} else if (!got || strcmp(got, type)) {
+		snprintf(err, errlen, "asked for profile type %s, got %s", type, got ? got : "none");
+	} else {
+		struct conv cv = {.b = pfs_pb_new(), .err = err, .errlen = errlen};
+		const char *u = strrchr(type, ':');
+		pretty_name(type, sample, sizeof sample);
+		if (u)
+			snprintf(unit, sizeof unit, "%s", u + 1);
+		cv.cpu = strcmp(sample, "cpu") == 0 && strcmp(unit, "nanoseconds") == 0;
+		if (cv.cpu) {
+			const char *t[] = {"samples", "cpu"}, *un[] = {"count", "nanoseconds"};
+			pfs_pb_set_types(cv.b, t, un, 2, "cpu", "nanoseconds");
+			pfs_pb_set_meta(cv.b, (int64_t)j->from * 1000000000,
+					(int64_t)(j->to - j->from) * 1000000000, CPU_PERIOD);
+		} else {
+			const char *t[] = {sample}, *un[] = {unit};
+			pfs_pb_set_types(cv.b, t, un, 1, sample, unit);
+			pfs_pb_set_meta(cv.b, (int64_t)j->from * 1000000000,
+					(int64_t)(j->to - j->from) * 1000000000, 1);
+		}
+		if (walk(&cv, fg, true) == 0 && cv.total > 0) {
+			rc = pfs_pb_finish(cv.b, gz, gzlen, err, errlen);
+		} else {
+			rc = cv.total == 0 && !err[0] ? PFS_ABSENT : -1;
+			pfs_pb_free(cv.b);
+		}
+		free(cv.stack);
+	}
+	json_decref(root);
+	return rc;
 }
 
 static void start(struct pfs_job *j)
 {
-	(void)j;
+	struct pfs_cluster *c = j->svc->cluster;
+	const struct pfs_target *t = session_target(c);
+	json_t *query = json_pack("{s:s, s:I, s:I}", "type", j->file->type_id, "from",
+				  (json_int_t)j->from, "to", (json_int_t)j->to);
+	char base[4096], *q = json_dumps(query, JSON_COMPACT | JSON_PRESERVE_ORDER), *qe;
+
+	json_decref(query);
+	app_url(c, j->svc->upstream, base, sizeof base);
+	qe = pfs_url_escape(q);
+	free(q);
+	snprintf(j->url, sizeof j->url, "%s?query=%s&from=%lld&to=%lld", base, qe,
+		 (long long)j->from * 1000, (long long)j->to * 1000);
+	free(qe);
+	snprintf(j->what, sizeof j->what, "%s/api/project/.../app/%s/profiling (%s)",
+		 c->api.target.log_url, j->svc->upstream, j->file->type_id);
+	pfs_http_start(j, t ? t : &c->api.target, NULL, decode);
 }
 
 const struct pfs_source_ops pfs_source_coroot = {

@@ -1,0 +1,89 @@
+"""A fake Coroot: session-cookie login, the applications overview and the
+profiling view, with the JSON shapes of coroot's api/views (flame graph
+nodes {name,total,self,comp,children,color_by,data})."""
+import json
+import time
+from urllib.parse import parse_qs, unquote, urlparse
+
+from fakes.base import FakeServer, Handler
+
+CPU = "go:profile_cpu:nanoseconds"
+HEAP = "go:heap_inuse_space:bytes"
+
+
+def node(name, self_, children=()):
+    children = list(children)
+    return {"name": name, "total": self_ + sum(c["total"] for c in children), "self": self_,
+            "comp": 0, "children": children, "color_by": "", "data": None}
+
+
+def flamegraph(app, type_, frm):
+    k = 1 + frm // 3600 % 3
+    if type_ == CPU:
+        return node("total", 0, [node("runtime.main", 0, [
+            node("main.main", 10_000_000 * k, [node("main.handle", 30_000_000 * k),
+                                                node("encoding/json.Marshal", 20_000_000)])]),
+            node("runtime.gcBgMarkWorker", 10_000_000)])
+    return node("total", 0, [node("main.main", 0, [node("main.cache", 4096 * k)])])
+
+
+class H(Handler):
+    def do_POST(self):
+        f = self.fake
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        f.calls.append(("POST", self.path, self.headers))
+        if self.path != "/api/login":
+            return self.reply(404, b"not found", "text/plain")
+        if body != {"email": f.email, "password": f.password}:
+            return self.reply(404, b"Invalid email or password\n", "text/plain")
+        self.send_response(200)
+        self.send_header("Set-Cookie", f"coroot_session={f.session}; Path=/; HttpOnly")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_GET(self):
+        f = self.fake
+        u = urlparse(self.path)
+        q = {k: v[0] for k, v in parse_qs(u.query).items()}
+        f.calls.append(("GET", self.path, self.headers))
+        if f.mode == "slow":
+            time.sleep(30)
+        if f"coroot_session={f.session}" not in self.headers.get("Cookie", "") or f.mode == "expired":
+            return self.reply(401, b"unauthorized\n", "text/plain")
+        ctx = {"status": {"status": "ok"}, "search": {}}
+        if u.path == f"/api/project/{f.project}/overview/applications":
+            apps = [{"id": a, "category": "application", "labels": {}, "status": "ok",
+                     "upstreams": [], "downstreams": []} for a in f.apps]
+            return self.reply(200, {"context": ctx, "data": {"applications": apps, "nodes": None}})
+        prefix = f"/api/project/{f.project}/app/"
+        if not (u.path.startswith(prefix) and u.path.endswith("/profiling")):
+            return self.reply(404, b"not found\n", "text/plain")
+        app = unquote(u.path[len(prefix):-len("/profiling")])
+        if app not in f.apps:
+            return self.reply(404, b"application not found\n", "text/plain")
+        if f.mode == "badjson":
+            return self.reply(200, b"<html>oops</html>")
+        profiles = [{"type": CPU, "name": "CPU"}, {"type": HEAP, "name": "Memory (inuse_space)"}]
+        view = {"status": "ok", "message": "OK", "services": [], "profiles": profiles,
+                "profile": {"type": CPU, "flamegraph": None, "diff": False}, "chart": None}
+        if "query" in q:
+            query = json.loads(q["query"])
+            frm, to = int(q["from"]), int(q["to"])
+            assert query["from"] * 1000 == frm and query["to"] * 1000 == to
+            view["profile"]["type"] = query["type"]
+            if f.mode == "chwarning":
+                view.update(status="warning", message="clickhouse error: timeout")
+            elif (app, query["type"]) not in f.empty:
+                view["profile"]["flamegraph"] = flamegraph(app, query["type"], query["from"])
+            else:
+                view.update(status="unknown", message="No profiles found")
+        self.reply(200, {"context": ctx, "data": view})
+
+
+class Fake(FakeServer):
+    handler = H
+
+    def __init__(self, apps, project="prod", email="admin@example.com", password="c0r00t-s3cret"):
+        self.apps, self.project, self.email, self.password = apps, project, email, password
+        self.session, self.empty = "sess-abc123", set()
+        super().__init__()

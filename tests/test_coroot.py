@@ -1,0 +1,108 @@
+"""kind "coroot": flame graphs of Coroot's profiling view turned into
+profile.proto (fake Coroot with session-cookie login)."""
+import os
+import time
+
+import pytest
+
+from conftest import pprof_top
+from fakes.coroot import CPU, HEAP, Fake
+
+
+@pytest.fixture
+def fake():
+    f = Fake(["prod:default:Deployment:api", "ns:Deployment:../../etc"])
+    yield f
+    f.stop()
+
+
+def cfg(fake, **over):
+    c = {"kind": "coroot", "url": fake.url, "project": "prod", "email": "admin@example.com",
+         "password_env": "PFS_COROOT_PW", "window": "1h", "range": "2h", "timeout": 2}
+    c.update(over)
+    return {"retry_after": 60, "clusters": {"coroot": c}}
+
+
+@pytest.fixture(autouse=True)
+def pw(monkeypatch):
+    monkeypatch.setenv("PFS_COROOT_PW", "c0r00t-s3cret")
+
+
+def windows():
+    newest = int(time.time()) // 3600 * 3600 - 3600
+    return [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(newest - k * 3600)) for k in (1, 0)]
+
+
+def flat(top):
+    return {line.split()[-1]: line.split()[0] for line in top.splitlines()[5:]}
+
+
+def test_flamegraph_becomes_valid_pprof(fake, mount, tmp_path):
+    m = mount(cfg(fake))
+    assert sorted(os.listdir(m.path / "coroot")) == ["ns_Deployment_.._.._etc",
+                                                     "prod_default_Deployment_api"]
+    svc = m.path / "coroot/prod_default_Deployment_api"
+    w = windows()[1]
+    assert sorted(os.listdir(svc / w)) == ["cpu.pb.gz", "heap_inuse_space.pb.gz"]
+    cpu = tmp_path / "cpu.pb.gz"
+    cpu.write_bytes((svc / w / "cpu.pb.gz").read_bytes())
+    top = pprof_top(cpu)
+    k = 1 + (int(time.time()) // 3600 * 3600 - 3600) // 3600 % 3
+    assert "Type: cpu" in top
+    total_ms = (10 * k + 30 * k + 20 + 10)
+    assert f"Showing nodes accounting for {total_ms}ms, 100% of {total_ms}ms total" in top
+    f = flat(top)
+    assert f["main.handle"] == f"{30 * k}ms" and f["encoding/json.Marshal"] == "20ms"
+    # samples/count is there too, as in Go's own CPU profiles (PGO reads either)
+    r = pprof_top_index(cpu, "samples")
+    assert f"of {total_ms // 10} total" in r
+    heap = tmp_path / "heap.pb.gz"
+    heap.write_bytes((svc / w / "heap_inuse_space.pb.gz").read_bytes())
+    assert "main.cache" in pprof_top(heap)
+    merged = tmp_path / "merged.pb.gz"
+    merged.write_bytes((svc / "merged/24h/cpu.pb.gz").read_bytes())
+    assert "main.handle" in pprof_top(merged)
+    assert m.error_lines() == []
+    assert "c0r00t-s3cret" not in m.log() and "sess-abc123" not in m.log()
+    assert all(c[2].get("Cookie") == "coroot_session=sess-abc123" for c in fake.calls if c[0] == "GET")
+
+
+def pprof_top_index(path, index):
+    import subprocess
+    from conftest import go_env
+    r = subprocess.run(["go", "tool", "pprof", "-top", f"-sample_index={index}", str(path)],
+                       capture_output=True, text=True, env=go_env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_window_without_profiles_has_no_file(fake, mount):
+    fake.empty.add(("prod:default:Deployment:api", HEAP))
+    m = mount(cfg(fake))
+    svc = m.path / "coroot/prod_default_Deployment_api"
+    assert os.listdir(svc / windows()[0]) == ["cpu.pb.gz"]
+    assert m.error_lines() == []
+
+
+def test_login_refused(fake, mount):
+    m = mount(cfg(fake, email="nobody@example.com"))
+    assert os.listdir(m.path / "coroot") == []
+    errs = m.error_lines()
+    assert len(errs) == 1 and "login: HTTP 404" in errs[0], errs
+
+
+@pytest.mark.parametrize("mode,reason", [("badjson", "bad JSON"),
+                                         ("expired", "HTTP 401: unauthorized"),
+                                         ("chwarning", "coroot: clickhouse error: timeout"),
+                                         ("slow", "timed out")])
+def test_failures(fake, mount, mode, reason):
+    m = mount(cfg(fake))
+    svc = m.path / "coroot/prod_default_Deployment_api"
+    os.listdir(svc)
+    fake.mode = mode
+    with pytest.raises(OSError) as e:
+        (svc / windows()[0] / "cpu.pb.gz").read_bytes()
+    assert e.value.errno == 5
+    errs = m.error_lines()
+    assert len(errs) == 1 and reason in errs[0] and "/profiling" in errs[0], errs
+    assert m.cached_files() == []
