@@ -93,6 +93,7 @@ def test_login_refused(fake, mount):
 
 @pytest.mark.parametrize("mode,reason", [("badjson", "bad JSON"),
                                          ("expired", "HTTP 401: unauthorized"),
+                                         ("notfound", "HTTP 404: application not found"),
                                          ("chwarning", "coroot: clickhouse error: timeout"),
                                          ("slow", "timed out")])
 def test_failures(fake, mount, mode, reason):

@@ -51,6 +51,7 @@ def test_tree_and_profile(fake, mount, tmp_path):
                                          ("nopprof", "no \"pprof\" string"),
                                          ("badbase64", "not base64"),
                                          ("unauth", "HTTP 401: {\"code\": 16"),
+                                         ("notfound", "HTTP 404: {\"code\": 5"),
                                          ("slow", "timed out")])
 def test_failures(fake, mount, mode, reason):
     m = mount(cfg(fake))

@@ -59,7 +59,14 @@ def test_tree_files_and_bytes(fake, mount, tmp_path):
     assert sorted(os.listdir(m.path / "pyro/pay_ments" / w)) == ["cpu.pb.gz",
                                                                    "memory.inuse_space.pb.gz"]
     assert os.listdir(m.path / "pyro/_." / w)
-    assert not (m.cache.parent / "pay").exists() and m.error_lines() == []
+    # nothing was written outside <cache>/<cluster>/<sanitized service>/
+    for p in m.cache.rglob("*"):
+        rel = p.relative_to(m.cache).parts
+        assert rel[0] in (".tmp", "pyro") and ".." not in rel
+        assert len(rel) < 2 or rel[1] in ("checkout", "pay_ments", "_."), rel
+    assert sorted(os.listdir(m.cache.parent)) == sorted(
+        ["cpu.pb.gz", "mnt", "mnt-cache", "mnt.json", "mnt.log"])
+    assert m.error_lines() == []
 
 
 def test_rsync_twice_and_cached_forever(fake, mount, tmp_path):

@@ -59,7 +59,7 @@ class H(Handler):
         if not (u.path.startswith(prefix) and u.path.endswith("/profiling")):
             return self.reply(404, b"not found\n", "text/plain")
         app = unquote(u.path[len(prefix):-len("/profiling")])
-        if app not in f.apps:
+        if app not in f.apps or f.mode == "notfound":
             return self.reply(404, b"application not found\n", "text/plain")
         if f.mode == "badjson":
             return self.reply(200, b"<html>oops</html>")

@@ -37,7 +37,7 @@ class H(Handler):
             assert unquote(m.group(1)) == "job"
             rfc3339(q["start"]), rfc3339(q["end"])
             return self.reply(200, {"labelValues": f.services})
-        if u.path != "/api/profiles/query":
+        if u.path != "/api/profiles/query" or f.mode == "notfound":
             return self.reply(404, {"code": 5, "message": "Not Found", "details": []})
         if f.mode == "badjson":
             return self.reply(200, b"{not json")
