@@ -31,7 +31,7 @@ void pfs_cache_scan(pfs_cache_visit visit, void *arg);
 /* Delete one round directory and the files in it. */
 int pfs_cache_remove_round(const char *cluster, const char *service, const char *round);
 
-/* Bytes used by stored snapshot files. */
+/* Bytes used by stored files (snapshots and merged/ files). */
 uint64_t pfs_cache_bytes(void);
 
 #endif

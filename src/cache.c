@@ -137,7 +137,8 @@ int pfs_cache_stat(const char *cluster, const char *service, const char *round, 
 }
 
 /* Call fn for each subdirectory (want_dir) or regular file in rel ("" for
- * the root), skipping dot entries such as .tmp. */
+ * the root, where dot entries such as .tmp are skipped; deeper down they
+ * are merged/ files, which callers tell by their names). */
 static void each_entry(const char *rel, int want_dir,
 		       void (*fn)(const char *name, const struct stat *st, void *arg), void *arg)
 {
@@ -152,7 +153,8 @@ static void each_entry(const char *rel, int want_dir,
 		return;
 	}
 	while ((de = readdir(d))) {
-		if (de->d_name[0] == '.' ||
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    (!*rel && de->d_name[0] == '.') ||
 		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW))
 			continue;
 		if (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode))
