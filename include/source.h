@@ -66,6 +66,11 @@ void pfs_http_start(struct pfs_job *j, const struct pfs_target *t, const char *c
 int pfs_http_sync(const struct pfs_target *t, const char *url, const char *content_type,
 		  const uint8_t *post, size_t post_len, uint8_t **body, size_t *len, char *err,
 		  size_t errlen);
+/* The same, with each response header line handed to on_header. */
+typedef void (*pfs_header_fn)(const char *line, size_t len, void *arg);
+int pfs_http_sync_ex(const struct pfs_target *t, const char *url, const char *content_type,
+		     const uint8_t *post, size_t post_len, pfs_header_fn on_header, void *arg,
+		     uint8_t **body, size_t *len, char *err, size_t errlen);
 
 /* Add a discovered service: `upstream` is what the source queries it by,
  * its path name `display` sanitized (and made unique), its files a copy of

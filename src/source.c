@@ -246,10 +246,31 @@ static size_t on_data(char *d, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
+struct header_sink {
+	pfs_header_fn fn;
+	void *arg;
+};
+
+static size_t on_header_line(char *d, size_t size, size_t nmemb, void *arg)
+{
+	struct header_sink *h = arg;
+	h->fn(d, size * nmemb, h->arg);
+	return size * nmemb;
+}
+
 int pfs_http_sync(const struct pfs_target *t, const char *url, const char *content_type,
 		  const uint8_t *post, size_t post_len, uint8_t **body, size_t *len, char *err,
 		  size_t errlen)
 {
+	return pfs_http_sync_ex(t, url, content_type, post, post_len, NULL, NULL, body, len, err,
+				errlen);
+}
+
+int pfs_http_sync_ex(const struct pfs_target *t, const char *url, const char *content_type,
+		     const uint8_t *post, size_t post_len, pfs_header_fn on_header, void *arg,
+		     uint8_t **body, size_t *len, char *err, size_t errlen)
+{
+	struct header_sink hs = {on_header, arg};
 	struct sink s = {.max = 64u << 20};
 	char cerr[CURL_ERROR_SIZE] = "";
 	struct curl_slist *h = pfs_fetch_headers(t, content_type);
@@ -268,6 +289,10 @@ int pfs_http_sync(const struct pfs_target *t, const char *url, const char *conte
 	if (post) {
 		curl_easy_setopt(e, CURLOPT_POSTFIELDS, post);
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)post_len);
+	}
+	if (on_header) {
+		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header_line);
+		curl_easy_setopt(e, CURLOPT_HEADERDATA, &hs);
 	}
 	if (t->username) {
 		curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);

@@ -13,11 +13,11 @@
 #include "log.h"
 #include "merge.h"
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define CPU_PERIOD 10000000 /* ns per sample, as Go's 100 Hz profiler */
 
@@ -43,60 +43,36 @@ static const struct pfs_target *session_target(struct pfs_cluster *c)
 	return t;
 }
 
-static size_t on_header(char *buf, size_t size, size_t n, void *arg)
+static void on_header(const char *line, size_t len, void *arg)
 {
-	char **cookie = arg;
-	size_t len = size * n;
 	static const char key[] = "set-cookie: coroot_session=";
+	char **cookie = arg;
 
-	if (len > sizeof key && strncasecmp(buf, key, sizeof key - 1) == 0) {
-		const char *v = buf + sizeof key - 1;
-		size_t vl = strcspn(v, ";\r\n");
+	if (len > sizeof key && strncasecmp(line, key, sizeof key - 1) == 0) {
+		const char *v = line + sizeof key - 1;
 		free(*cookie);
-		*cookie = strndup(v, vl);
+		*cookie = strndup(v, strcspn(v, ";\r\n"));
 	}
-	return len;
-}
-
-static size_t discard(char *d, size_t s, size_t n, void *a)
-{
-	(void)d, (void)a;
-	return s * n;
 }
 
 static int login(struct pfs_cluster *c, char *err, size_t errlen)
 {
 	const struct pfs_target *base = &c->api.target;
-	char url[2048], cerr[CURL_ERROR_SIZE] = "";
-	json_t *body = json_pack("{s:s, s:s}", "email", c->api.email, "password", c->api.password);
-	char *json = json_dumps(body, JSON_COMPACT), *cookie = NULL;
-	struct curl_slist *h = pfs_fetch_headers(base, "application/json");
-	CURL *e = curl_easy_init();
-	long status = 0;
-	CURLcode cc;
+	json_t *req = json_pack("{s:s, s:s}", "email", c->api.email, "password", c->api.password);
+	char url[2048], why[512], *json = json_dumps(req, JSON_COMPACT), *cookie = NULL;
+	uint8_t *body = NULL;
+	size_t len;
+	int rc;
 
+	json_decref(req);
 	snprintf(url, sizeof url, "%s/api/login", base->url);
-	curl_easy_setopt(e, CURLOPT_URL, url);
-	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(base->timeout * 1000));
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(e, CURLOPT_POSTFIELDS, json);
-	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(e, CURLOPT_HEADERDATA, &cookie);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
-	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);
-	cc = curl_easy_perform(e);
-	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(e);
-	curl_slist_free_all(h);
+	rc = pfs_http_sync_ex(base, url, "application/json", (const uint8_t *)json, strlen(json),
+			      on_header, &cookie, &body, &len, why, sizeof why);
 	explicit_bzero(json, strlen(json));
 	free(json);
-	json_decref(body);
-	if (cc != CURLE_OK || status != 200 || !cookie) {
-		snprintf(err, errlen, "login: HTTP %ld%s%s", status,
-			 cc != CURLE_OK ? ", " : status == 200 ? ", no coroot_session cookie" : "",
-			 cc != CURLE_OK ? (cerr[0] ? cerr : curl_easy_strerror(cc)) : "");
+	free(body);
+	if (rc || !cookie) {
+		snprintf(err, errlen, "login: %s", rc ? why : "HTTP 200, no coroot_session cookie");
 		free(cookie);
 		return -1;
 	}

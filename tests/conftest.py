@@ -177,9 +177,31 @@ def config_for(services, **top):
     return cfg
 
 
-def pprof_top(path):
-    """`go tool pprof -top FILE`; asserts it accepted the file."""
-    r = subprocess.run(["go", "tool", "pprof", "-top", str(path)], capture_output=True,
+def pprof_top(path, *flags):
+    """`go tool pprof -top [flags] FILE`; asserts it accepted the file."""
+    r = subprocess.run(["go", "tool", "pprof", "-top", *flags, str(path)], capture_output=True,
                        text=True, env=go_env(), timeout=60)
     assert r.returncode == 0, f"go tool pprof rejected {path}: {r.stderr}"
     return r.stdout
+
+
+def assert_fetch_fails(m, path, *fragments):
+    """Reading path fails with EIO, the log has exactly one error line and
+    it names every fragment, and nothing reached the cache."""
+    import errno
+    with pytest.raises(OSError) as e:
+        (m.path / path).read_bytes()
+    assert e.value.errno == errno.EIO, e.value
+    errs = m.error_lines()
+    assert len(errs) == 1, errs
+    for frag in fragments:
+        assert frag in errs[0], (frag, errs[0])
+    assert m.cached_files() == []
+    return errs[0]
+
+
+def windows(n, size=3600):
+    """Names of the n newest complete windows, oldest first."""
+    newest = int(time.time()) // size * size - size
+    return [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(newest - k * size))
+            for k in range(n - 1, -1, -1)]

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import pprof_top
+from conftest import assert_fetch_fails, pprof_top, windows
 from fakes.coroot import CPU, HEAP, Fake
 
 
@@ -28,11 +28,6 @@ def pw(monkeypatch):
     monkeypatch.setenv("PFS_COROOT_PW", "c0r00t-s3cret")
 
 
-def windows():
-    newest = int(time.time()) // 3600 * 3600 - 3600
-    return [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(newest - k * 3600)) for k in (1, 0)]
-
-
 def flat(top):
     return {line.split()[-1]: line.split()[0] for line in top.splitlines()[5:]}
 
@@ -42,7 +37,7 @@ def test_flamegraph_becomes_valid_pprof(fake, mount, tmp_path):
     assert sorted(os.listdir(m.path / "coroot")) == ["ns_Deployment_.._.._etc",
                                                      "prod_default_Deployment_api"]
     svc = m.path / "coroot/prod_default_Deployment_api"
-    w = windows()[1]
+    w = windows(2)[1]
     assert sorted(os.listdir(svc / w)) == ["cpu.pb.gz", "heap_inuse_space.pb.gz"]
     cpu = tmp_path / "cpu.pb.gz"
     cpu.write_bytes((svc / w / "cpu.pb.gz").read_bytes())
@@ -54,7 +49,7 @@ def test_flamegraph_becomes_valid_pprof(fake, mount, tmp_path):
     f = flat(top)
     assert f["main.handle"] == f"{30 * k}ms" and f["encoding/json.Marshal"] == "20ms"
     # samples/count is there too, as in Go's own CPU profiles (PGO reads either)
-    r = pprof_top_index(cpu, "samples")
+    r = pprof_top(cpu, "-sample_index=samples")
     assert f"of {total_ms // 10} total" in r
     heap = tmp_path / "heap.pb.gz"
     heap.write_bytes((svc / w / "heap_inuse_space.pb.gz").read_bytes())
@@ -67,20 +62,11 @@ def test_flamegraph_becomes_valid_pprof(fake, mount, tmp_path):
     assert all(c[2].get("Cookie") == "coroot_session=sess-abc123" for c in fake.calls if c[0] == "GET")
 
 
-def pprof_top_index(path, index):
-    import subprocess
-    from conftest import go_env
-    r = subprocess.run(["go", "tool", "pprof", "-top", f"-sample_index={index}", str(path)],
-                       capture_output=True, text=True, env=go_env(), timeout=60)
-    assert r.returncode == 0, r.stderr
-    return r.stdout
-
-
 def test_window_without_profiles_has_no_file(fake, mount):
     fake.empty.add(("prod:default:Deployment:api", HEAP))
     m = mount(cfg(fake))
     svc = m.path / "coroot/prod_default_Deployment_api"
-    assert os.listdir(svc / windows()[0]) == ["cpu.pb.gz"]
+    assert os.listdir(svc / windows(2)[0]) == ["cpu.pb.gz"]
     assert m.error_lines() == []
 
 
@@ -101,9 +87,5 @@ def test_failures(fake, mount, mode, reason):
     svc = m.path / "coroot/prod_default_Deployment_api"
     os.listdir(svc)
     fake.mode = mode
-    with pytest.raises(OSError) as e:
-        (svc / windows()[0] / "cpu.pb.gz").read_bytes()
-    assert e.value.errno == 5
-    errs = m.error_lines()
-    assert len(errs) == 1 and reason in errs[0] and "/profiling" in errs[0], errs
-    assert m.cached_files() == []
+    assert_fetch_fails(m, f"coroot/prod_default_Deployment_api/{windows(2)[0]}/cpu.pb.gz",
+                       reason, "/profiling")

@@ -1,10 +1,9 @@
 """kind "parca": services, types and windows from Parca's REST API (fake)."""
 import os
-import time
 
 import pytest
 
-from conftest import pprof_top
+from conftest import assert_fetch_fails, pprof_top, windows
 from fakes.parca import Fake
 
 
@@ -22,17 +21,12 @@ def cfg(fake, **over):
     return {"retry_after": 60, "clusters": {"parca": c}}
 
 
-def windows():
-    newest = int(time.time()) // 3600 * 3600 - 3600
-    return [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(newest - k * 3600)) for k in (1, 0)]
-
-
 def test_tree_and_profile(fake, mount, tmp_path):
     m = mount(cfg(fake))
     assert sorted(os.listdir(m.path / "parca")) == ["a_.._b", "api"]
     svc = m.path / "parca/api"
-    assert sorted(os.listdir(svc)) == windows() + ["latest", "merged"]
-    w = windows()[0]
+    assert sorted(os.listdir(svc)) == windows(2) + ["latest", "merged"]
+    w = windows(2)[0]
     assert sorted(os.listdir(svc / w)) == ["cpu.pb.gz", "memory.inuse_space.pb.gz"]
     out = tmp_path / "cpu.pb.gz"
     out.write_bytes((svc / w / "cpu.pb.gz").read_bytes())
@@ -58,9 +52,4 @@ def test_failures(fake, mount, mode, reason):
     svc = m.path / "parca/api"
     os.listdir(svc)
     fake.mode = mode
-    with pytest.raises(OSError) as e:
-        (svc / windows()[0] / "cpu.pb.gz").read_bytes()
-    assert e.value.errno == 5
-    errs = m.error_lines()
-    assert len(errs) == 1 and reason in errs[0] and "/api/profiles/query" in errs[0], errs
-    assert m.cached_files() == []
+    assert_fetch_fails(m, f"parca/api/{windows(2)[0]}/cpu.pb.gz", reason, "/api/profiles/query")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import go_env, pprof_top
+from conftest import assert_fetch_fails, go_env, pprof_top, windows
 from fakes.pyroscope import CPU, HEAP, Fake, value_for
 
 SERVICES = ["checkout", "pay/ments", ".."]
@@ -28,18 +28,12 @@ def cfg(fake, **over):
     return {"retry_after": 60, "clusters": {"pyro": c}}
 
 
-def windows(now=None):
-    now = int(now or time.time())
-    newest = now // 3600 * 3600 - 3600
-    return [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(newest - k * 3600)) for k in (2, 1, 0)]
-
-
 def test_tree_files_and_bytes(fake, mount, tmp_path):
     m = mount(cfg(fake))
     assert sorted(os.listdir(m.path / "pyro")) == ["_.", "checkout", "pay_ments"]
     svc = m.path / "pyro/checkout"
-    assert sorted(os.listdir(svc)) == windows() + ["latest", "merged"]
-    w = windows()[1]
+    assert sorted(os.listdir(svc)) == windows(3) + ["latest", "merged"]
+    w = windows(3)[1]
     assert sorted(os.listdir(svc / w)) == ["cpu.pb.gz", "memory.inuse_space.pb.gz"]
     out = tmp_path / "cpu.pb.gz"
     shutil.copy(svc / w / "cpu.pb.gz", out)
@@ -49,7 +43,7 @@ def test_tree_files_and_bytes(fake, mount, tmp_path):
     assert "main.work_8" in top and f"Showing nodes accounting for {v + v // 10}ns" in top
     assert os.stat(svc / w / "cpu.pb.gz").st_mtime == start_ms // 1000
     # latest is the newest complete window
-    assert (svc / "latest/cpu.pb.gz").read_bytes() == (svc / windows()[2] / "cpu.pb.gz").read_bytes()
+    assert (svc / "latest/cpu.pb.gz").read_bytes() == (svc / windows(3)[2] / "cpu.pb.gz").read_bytes()
     # the request carried the tenant, the token and the exact selector
     sel = [c for c in fake.calls if c[0] == "SelectMergeProfile"]
     assert sel and all(h["X-Scope-OrgID"] == "team-a" for _, h, _ in sel)
@@ -80,7 +74,7 @@ def test_rsync_twice_and_cached_forever(fake, mount, tmp_path):
         assert (n == 0) == expect_zero, r.stdout
     calls = len(fake.calls)
     m.restart()
-    w = windows()[0]
+    w = windows(3)[0]
     assert (m.path / "pyro/checkout" / w / "cpu.pb.gz").read_bytes() == \
         (dst / "pyro/checkout" / w / "cpu.pb.gz").read_bytes()
     assert not [c for c in fake.calls[calls:] if c[0] == "SelectMergeProfile"]
@@ -91,7 +85,7 @@ def test_merged_equals_pprof_merge_of_windows(fake, mount, tmp_path):
     svc = m.path / "pyro/checkout"
     ours = tmp_path / "ours.pb.gz"
     ours.write_bytes((svc / "merged/24h/cpu.pb.gz").read_bytes())
-    files = [svc / w / "cpu.pb.gz" for w in windows()]
+    files = [svc / w / "cpu.pb.gz" for w in windows(3)]
     r = subprocess.run(["go", "tool", "pprof", "-proto", *map(str, files)], capture_output=True,
                        env=go_env(), timeout=60)
     assert r.returncode == 0
@@ -103,7 +97,7 @@ def test_merged_equals_pprof_merge_of_windows(fake, mount, tmp_path):
 def test_window_without_data_has_no_file(fake, mount):
     fake.empty.add(("checkout", HEAP))
     m = mount(cfg(fake))
-    w = windows()[0]
+    w = windows(3)[0]
     assert os.listdir(m.path / "pyro/checkout" / w) == ["cpu.pb.gz"]
     with pytest.raises(FileNotFoundError):
         os.stat(m.path / "pyro/checkout" / w / "memory.inuse_space.pb.gz")
@@ -116,17 +110,12 @@ def test_window_without_data_has_no_file(fake, mount):
                                          ("slow", "timed out")])
 def test_fetch_failure_is_eio_one_line_nothing_cached(fake, mount, mode, reason):
     m = mount(cfg(fake, timeout=2))
-    w = windows()[0]
+    w = windows(3)[0]
     svc = m.path / "pyro/checkout"
     assert os.listdir(svc)  # discovered while the fake works
     fake.mode = mode
-    with pytest.raises(OSError) as e:
-        (svc / w / "cpu.pb.gz").read_bytes()
-    assert e.value.errno == 5
-    errs = m.error_lines()
-    assert len(errs) == 1 and reason in errs[0] and "SelectMergeProfile" in errs[0], errs
-    assert f"{fake.url}/querier.v1.QuerierService" in errs[0] and "pyro/checkout cpu.pb.gz" in errs[0]
-    assert m.cached_files() == []
+    assert_fetch_fails(m, f"pyro/checkout/{w}/cpu.pb.gz", reason, "pyro/checkout cpu.pb.gz",
+                       f"{fake.url}/querier.v1.QuerierService/SelectMergeProfile")
 
 
 def test_discovery_refused_is_one_line_and_empty_cluster(fake, mount):
