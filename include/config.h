@@ -81,6 +81,7 @@ struct pfs_cluster {
 	unsigned profiles;   /* nats: profiles served */
 	double cpu_seconds;  /* nats */
 	pthread_mutex_t lock; /* services, types, discovered_at */
+	pthread_mutex_t discovering; /* one discovery at a time, per cluster */
 	struct pfs_service **services;
 	size_t n_services, cap_services;
 	struct pfs_file *types; /* API sources: the files every service has */

@@ -561,6 +561,7 @@ static int parse_cluster(struct parser *p, const char *name, json_t *obj, const 
 
 	c->name = strdup(name);
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->discovering, NULL);
 	if (!json_is_object(obj))
 		return fail(p, where, "a cluster must be an object with \"services\" or a \"kind\"");
 	snprintf(field, sizeof field, "%s.", where);

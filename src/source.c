@@ -166,13 +166,12 @@ out:
 
 void pfs_cluster_refresh(struct pfs_cluster *c, double max_age)
 {
-	static pthread_mutex_t running = PTHREAD_MUTEX_INITIALIZER;
 	char err[512] = "";
 	time_t now = time(NULL);
 
 	if (!c->src->discover)
 		return;
-	pthread_mutex_lock(&running); /* one discovery at a time */
+	pthread_mutex_lock(&c->discovering); /* a slow one holds up only its cluster */
 	pthread_mutex_lock(&c->lock);
 	bool due = !c->discovered_at || now - c->discovered_at >= (time_t)max_age;
 	if (due)
@@ -181,7 +180,7 @@ void pfs_cluster_refresh(struct pfs_cluster *c, double max_age)
 	if (due && c->src->discover(c, err, sizeof err))
 		pfs_err("discover %s (%s at %s) failed: %s", c->name, c->src->kind,
 			c->api.target.log_url, err);
-	pthread_mutex_unlock(&running);
+	pthread_mutex_unlock(&c->discovering);
 }
 
 /* ---- HTTP ---- */

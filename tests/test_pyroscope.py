@@ -125,3 +125,24 @@ def test_discovery_refused_is_one_line_and_empty_cluster(fake, mount):
     assert len(errs) == 1 and "discover pyro (pyroscope at" in errs[0], errs
     assert "ProfileTypes: HTTP 401" in errs[0] and "unauthenticated" in errs[0]
     assert "wrong" not in m.log()
+
+
+def test_slow_upstream_does_not_block_other_clusters(fake, mount):
+    import threading
+    slow = Fake(["x"], tenant="team-a", token="pyro-t0ken")
+    slow.mode = "slow"
+    try:
+        c = cfg(fake)
+        c["clusters"]["stuck"] = dict(c["clusters"]["pyro"], url=slow.url, timeout=3)
+        m = mount(c)
+        th = threading.Thread(target=lambda: os.listdir(m.path / "stuck"))
+        th.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        assert "checkout" in os.listdir(m.path / "pyro")
+        assert time.monotonic() - t0 < 2.0, "discovery of one cluster held up another"
+        th.join(timeout=15)
+        errs = m.error_lines()
+        assert len(errs) == 1 and "discover stuck" in errs[0] and "timed out" in errs[0], errs
+    finally:
+        slow.stop()
