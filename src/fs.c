@@ -264,8 +264,13 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
 		size_t n;
 		pfs_cluster_refresh(l.cluster, l.cluster->api.discover_every);
 		n = pfs_cluster_services(l.cluster, &svcs);
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n; i++) {
+			/* Listing (or copying) a cluster snapshots all of its services
+			 * at once (one round per latest_ttl), so an rsync of the
+			 * mount waits for the slowest target, not for their sum. */
+			pfs_snap_latest_start(svcs[i]);
 			filler(buf, svcs[i]->name, NULL, 0, 0);
+		}
 		free(svcs);
 		return 0;
 	}
