@@ -226,3 +226,15 @@ def test_unknown_names_are_enoent(goapp, mount):
     with pytest.raises(NotADirectoryError):
         os.stat(m.path / "local/app/latest/heap.pb.gz/x")
     assert m.error_lines() == []
+
+
+def test_rsync_of_a_cluster_fetches_its_services_at_once(goapp, mount, tmp_path):
+    app = goapp()
+    services = {f"s{i}": {"targets": [app.fault("delay1500")], "profiles": ["heap", "goroutine"]}
+                for i in range(4)}
+    m = mount(config_for(services))
+    t0 = time.monotonic()
+    assert rsync_stats(m.path, tmp_path / "dst") == 4 * 3 * 2  # latest/, <time>/, merged/
+    elapsed = time.monotonic() - t0
+    # one service after another would take at least 4 x 1.5 s
+    assert elapsed < 4.0, f"rsync took {elapsed:.1f}s: services were fetched one by one"
