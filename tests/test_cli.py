@@ -76,6 +76,24 @@ def test_bad_config_is_one_line_exit_2_nothing_mounted(profilefs_bin, tmp_path, 
         unmount(mnt)
 
 
+def test_config_as_mount_option(goapp, mount, profilefs_bin, tmp_path):
+    """-o config=FILE, as an fstab options field can carry it."""
+    app = goapp()
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(config_for({"app": {"targets": [app.base], "profiles": ["heap"]}},
+                                          cache_dir=str(tmp_path / "cache"))))
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.Popen([str(PROFILEFS), "-f", "-o", f"ro,config={path}", str(mnt)],
+                            stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: is_mounted(mnt), what="mount")
+        assert (mnt / "local/app/latest/heap.pb.gz").read_bytes()[:2] == b"\x1f\x8b"
+    finally:
+        unmount(mnt)
+        proc.wait(timeout=10)
+
+
 def test_missing_config_file(profilefs_bin, tmp_path):
     r = run("-f", "-c", str(tmp_path / "nope.json"), str(tmp_path))
     assert r.returncode == 2 and "nope.json" in r.stderr and len(r.stderr.splitlines()) == 1
