@@ -78,7 +78,8 @@ def test_profilez_error_is_eio_with_reason(nats, mount):
 
 
 @pytest.mark.parametrize("mode,reason", [("silent", "nats: Timeout"),
-                                         ("garbage", "invalid profile: not gzip")])
+                                         ("garbage", "invalid profile: not gzip"),
+                                         ("badjson", "bad JSON reply")])
 def test_bad_or_missing_reply(nats, mount, mode, reason):
     m = mount(nats_cfg(nats, timeout=2, profiles=["heap"]))
     os.listdir(m.path / "nats")

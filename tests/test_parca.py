@@ -44,6 +44,7 @@ def test_tree_and_profile(fake, mount, tmp_path):
 @pytest.mark.parametrize("mode,reason", [("badjson", "HTTP 200, bad JSON"),
                                          ("nopprof", "no \"pprof\" string"),
                                          ("badbase64", "not base64"),
+                                         ("badproto", "invalid profile: gzip"),
                                          ("unauth", "HTTP 401: {\"code\": 16"),
                                          ("notfound", "HTTP 404: {\"code\": 5"),
                                          ("slow", "timed out")])

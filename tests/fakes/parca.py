@@ -45,6 +45,8 @@ class H(Handler):
             return self.reply(200, {"report": "flamegraph"})
         if f.mode == "badbase64":
             return self.reply(200, {"pprof": "!!not base64!!"})
+        if f.mode == "badproto":
+            return self.reply(200, {"pprof": base64.b64encode(b"\x1f\x8b" + b"x" * 40).decode()})
         m = re.fullmatch(r'([^{]+)\{job="((?:[^"\\]|\\.)*)"\}', q.get("merge.query", ""))
         start, end = rfc3339(q["merge.start"]), rfc3339(q["merge.end"])
         if (q.get("mode") != "MODE_MERGE" or q.get("reportType") != "REPORT_TYPE_PPROF" or not m

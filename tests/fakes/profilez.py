@@ -68,7 +68,7 @@ class Responder:
             out = {"server": server, "data": self._profilez(opts)}
         if self.mode == "garbage":
             out = {"server": server, "data": {"profile": base64.b64encode(b"junk" * 10).decode()}}
-        body = json.dumps(out).encode()
+        body = json.dumps(out).encode() if self.mode != "badjson" else b"{\"server\": "
         self._send(f"PUB {reply} {len(body)}\r\n".encode() + body + b"\r\n")
 
     def _profilez(self, opts):
