@@ -146,3 +146,17 @@ def test_slow_upstream_does_not_block_other_clusters(fake, mount):
         assert len(errs) == 1 and "discover stuck" in errs[0] and "timed out" in errs[0], errs
     finally:
         slow.stop()
+
+
+def test_basic_auth(mount, monkeypatch):
+    f = Fake(["checkout"], tenant="team-a", basic=("pyro-user", "b4sic-pw"))
+    monkeypatch.setenv("PFS_PYRO_PW", "b4sic-pw")
+    try:
+        c = {"kind": "pyroscope", "url": f.url, "tenant": "team-a", "window": "1h", "range": "3h",
+             "basic_auth": {"username": "pyro-user", "password_env": "PFS_PYRO_PW"}}
+        m = mount({"clusters": {"pyro": c}})
+        assert os.listdir(m.path / "pyro") == ["checkout"]
+        assert (m.path / "pyro/checkout" / windows(3)[0] / "cpu.pb.gz").read_bytes()[:2] == b"\x1f\x8b"
+        assert "b4sic-pw" not in m.log()
+    finally:
+        f.stop()

@@ -1,6 +1,7 @@
 """A fake Grafana Pyroscope querier speaking Connect unary with
 application/proto, as api/querier/v1/querier.proto defines (the field
 numbers are checked against what profilefs sends)."""
+import base64
 import json
 import re
 import threading
@@ -24,8 +25,9 @@ class Fake:
     """services: label values; empty: {(service, type)} with no data;
     mode: "ok", "unauth", "slow", "garbage", "notfound"."""
 
-    def __init__(self, services, tenant="anonymous", token=None, window_ms=3_600_000):
+    def __init__(self, services, tenant="anonymous", token=None, window_ms=3_600_000, basic=None):
         self.services, self.tenant, self.token, self.window_ms = services, tenant, token, window_ms
+        self.basic = basic  # (user, password) instead of a bearer token
         self.empty, self.mode, self.calls = set(), "ok", []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -57,8 +59,10 @@ class Fake:
                 fake.calls.append((method, self.headers, body))
                 if fake.mode == "slow":
                     time.sleep(30)
-                if fake.mode == "unauth" or (fake.token and self.headers.get("Authorization")
-                                             != f"Bearer {fake.token}"):
+                want = f"Bearer {fake.token}" if fake.token else None
+                if fake.basic:
+                    want = "Basic " + base64.b64encode(":".join(fake.basic).encode()).decode()
+                if fake.mode == "unauth" or (want and self.headers.get("Authorization") != want):
                     return self.error(401, "unauthenticated", "invalid token")
                 if fake.mode == "notfound" or method not in ("ProfileTypes", "LabelValues",
                                                              "SelectMergeProfile"):
