@@ -18,6 +18,9 @@ struct pfs_fetch {
 	const uint8_t *post;             /* POST this body (NULL: GET) */
 	size_t post_len;
 	const char *content_type;        /* of the POST body */
+	/* If set, called with each response header line. */
+	void (*on_header)(const char *line, size_t len, void *arg);
+	void *header_arg;
 	/* Called once on the fetcher thread when the fetch has finished, with
 	 * the result below filled in. It owns f from then on. */
 	void (*done)(struct pfs_fetch *f);
@@ -44,6 +47,9 @@ int pfs_fetcher_start(void);
 /* Fails whatever is still in flight (done() is called) and stops. */
 void pfs_fetcher_stop(void);
 void pfs_fetch_submit(struct pfs_fetch *f);
+/* Run f here, blocking (done is not called): 0 if f->ok, else -1 with
+ * f->error set. Release f afterwards. */
+int pfs_fetch_run(struct pfs_fetch *f);
 /* The request headers for a target: User-Agent, Content-Type if given,
  * then the target's own (auth included). Free with curl_slist_free_all. */
 struct curl_slist *pfs_fetch_headers(const struct pfs_target *t, const char *content_type);

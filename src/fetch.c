@@ -55,7 +55,16 @@ struct curl_slist *pfs_fetch_headers(const struct pfs_target *t, const char *con
 	return h;
 }
 
-static void start_one(struct pfs_fetch *f)
+static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
+{
+	struct pfs_fetch *f = arg;
+	f->on_header(line, size * nmemb, f->header_arg);
+	return size * nmemb;
+}
+
+/* An easy handle for f: the same options whether the multi thread runs it
+ * or pfs_fetch_run() does. */
+static CURL *make_easy(struct pfs_fetch *f)
 {
 	const struct pfs_target *t = f->target;
 	CURL *e = curl_easy_init();
@@ -75,12 +84,23 @@ static void start_one(struct pfs_fetch *f)
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, f);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, f->curl_err);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, f);
+	if (f->on_header) {
+		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+		curl_easy_setopt(e, CURLOPT_HEADERDATA, f);
+	}
 	if (t->username) {
 		curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
 		curl_easy_setopt(e, CURLOPT_USERNAME, t->username);
 		curl_easy_setopt(e, CURLOPT_PASSWORD, t->password);
 	}
 	f->easy = e;
+	return e;
+}
+
+static void start_one(struct pfs_fetch *f)
+{
+	CURL *e = make_easy(f);
+
 	f->active_next = g_active;
 	g_active = f;
 	curl_multi_add_handle(g_multi, e);
@@ -107,15 +127,11 @@ void pfs_http_error(char *out, size_t outlen, long status, const uint8_t *body, 
 	snprintf(out, outlen, "HTTP %ld%s%s", status, n ? ": " : "", text);
 }
 
-static void finish_one(struct pfs_fetch *f, CURLcode cc)
+/* Fill in the result and free the easy handle. */
+static void record_result(struct pfs_fetch *f, CURLcode cc)
 {
 	CURL *e = f->easy;
 
-	for (struct pfs_fetch **pp = &g_active; *pp; pp = &(*pp)->active_next)
-		if (*pp == f) {
-			*pp = f->active_next;
-			break;
-		}
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &f->http_status);
 	if (f->too_big)
 		snprintf(f->error, sizeof f->error, "HTTP %ld, body larger than %zu bytes",
@@ -127,12 +143,28 @@ static void finish_one(struct pfs_fetch *f, CURLcode cc)
 		pfs_http_error(f->error, sizeof f->error, f->http_status, f->body, f->len);
 	else
 		f->ok = true;
-	curl_multi_remove_handle(g_multi, e);
 	curl_easy_cleanup(e);
 	f->easy = NULL;
 	curl_slist_free_all(f->slist);
 	f->slist = NULL;
+}
+
+static void finish_one(struct pfs_fetch *f, CURLcode cc)
+{
+	for (struct pfs_fetch **pp = &g_active; *pp; pp = &(*pp)->active_next)
+		if (*pp == f) {
+			*pp = f->active_next;
+			break;
+		}
+	curl_multi_remove_handle(g_multi, f->easy);
+	record_result(f, cc);
 	f->done(f);
+}
+
+int pfs_fetch_run(struct pfs_fetch *f)
+{
+	record_result(f, curl_easy_perform(make_easy(f)));
+	return f->ok ? 0 : -1;
 }
 
 static void *fetcher_main(void *unused)

@@ -223,40 +223,6 @@ void pfs_http_start(struct pfs_job *j, const struct pfs_target *t, const char *c
 	pfs_fetch_submit(f);
 }
 
-struct sink {
-	uint8_t *p;
-	size_t n, cap, max;
-};
-
-static size_t on_data(char *d, size_t size, size_t nmemb, void *arg)
-{
-	struct sink *s = arg;
-	size_t n = size * nmemb;
-
-	if (s->n + n > s->max)
-		return 0;
-	if (s->n + n + 1 > s->cap) {
-		s->cap = (s->n + n + 1) * 2;
-		s->p = realloc(s->p, s->cap);
-	}
-	memcpy(s->p + s->n, d, n);
-	s->n += n;
-	s->p[s->n] = '\0';
-	return n;
-}
-
-struct header_sink {
-	pfs_header_fn fn;
-	void *arg;
-};
-
-static size_t on_header_line(char *d, size_t size, size_t nmemb, void *arg)
-{
-	struct header_sink *h = arg;
-	h->fn(d, size * nmemb, h->arg);
-	return size * nmemb;
-}
-
 int pfs_http_sync(const struct pfs_target *t, const char *url, const char *content_type,
 		  const uint8_t *post, size_t post_len, uint8_t **body, size_t *len, char *err,
 		  size_t errlen)
@@ -269,50 +235,20 @@ int pfs_http_sync_ex(const struct pfs_target *t, const char *url, const char *co
 		     const uint8_t *post, size_t post_len, pfs_header_fn on_header, void *arg,
 		     uint8_t **body, size_t *len, char *err, size_t errlen)
 {
-	struct header_sink hs = {on_header, arg};
-	struct sink s = {.max = 64u << 20};
-	char cerr[CURL_ERROR_SIZE] = "";
-	struct curl_slist *h = pfs_fetch_headers(t, content_type);
-	CURL *e = curl_easy_init();
-	long status = 0;
-	CURLcode cc;
+	struct pfs_fetch f = {
+		.url = (char *)url, .target = t, .timeout_ms = (long)(t->timeout * 1000),
+		.max_bytes = 64u << 20, .post = post, .post_len = post_len,
+		.content_type = content_type, .on_header = on_header, .header_arg = arg,
+	};
 
-	curl_easy_setopt(e, CURLOPT_URL, url);
-	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(t->timeout * 1000));
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, &s);
-	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, cerr);
-	if (post) {
-		curl_easy_setopt(e, CURLOPT_POSTFIELDS, post);
-		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)post_len);
-	}
-	if (on_header) {
-		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header_line);
-		curl_easy_setopt(e, CURLOPT_HEADERDATA, &hs);
-	}
-	if (t->username) {
-		curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
-		curl_easy_setopt(e, CURLOPT_USERNAME, t->username);
-		curl_easy_setopt(e, CURLOPT_PASSWORD, t->password);
-	}
-	cc = curl_easy_perform(e);
-	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(e);
-	curl_slist_free_all(h);
-	if (cc != CURLE_OK)
-		snprintf(err, errlen, "HTTP %ld, %s", status, cerr[0] ? cerr : curl_easy_strerror(cc));
-	else if (status != 200)
-		pfs_http_error(err, errlen, status, s.p, s.n);
-	if (cc != CURLE_OK || status != 200) {
-		free(s.p);
+	if (pfs_fetch_run(&f)) {
+		snprintf(err, errlen, "%s", f.error);
+		pfs_fetch_release(&f);
 		return -1;
 	}
-	if (!s.p)
-		s.p = calloc(1, 1);
-	*body = s.p;
-	*len = s.n;
+	/* callers parse it as text: keep a NUL after the body */
+	*body = realloc(f.body, f.len + 1);
+	(*body)[f.len] = '\0';
+	*len = f.len;
 	return 0;
 }
