@@ -27,21 +27,45 @@ const struct pfs_source_ops *pfs_source_find(const char *kind)
 	return NULL;
 }
 
+/* name sanitized into a path component, then "-2", "-3", ... appended
+ * until taken() says it is free. */
+static void unique_name(const char *name, char *out, size_t outlen,
+			bool (*taken)(const char *candidate, void *arg), void *arg)
+{
+	char base[201];
+
+	pfs_name_sanitize(name, base, outlen - 12 < sizeof base ? outlen - 12 : sizeof base);
+	snprintf(out, outlen, "%s", base);
+	for (int k = 2; taken(out, arg); k++)
+		snprintf(out, outlen, "%s-%d", base, k);
+}
+
+static bool type_taken(const char *key, void *arg)
+{
+	const struct pfs_cluster *c = arg;
+	for (size_t i = 0; i < c->n_types; i++)
+		if (strcmp(c->types[i].merge_key, key) == 0)
+			return true;
+	return false;
+}
+
+static bool service_taken(const char *name, void *arg)
+{
+	const struct pfs_cluster *c = arg;
+	if (strcmp(name, "merged") == 0 || strcmp(name, "latest") == 0)
+		return true;
+	for (size_t i = 0; i < c->n_services; i++)
+		if (strcmp(c->services[i]->name, name) == 0)
+			return true;
+	return false;
+}
+
 void pfs_api_add_type(struct pfs_cluster *c, const char *type_id, const char *pretty)
 {
-	char base[100], key[128];
+	char key[112];
 	struct pfs_file *f;
 
-	pfs_name_sanitize(pretty, base, sizeof base);
-	snprintf(key, sizeof key, "%s", base);
-	for (int k = 2;; k++) {
-		bool taken = false;
-		for (size_t i = 0; i < c->n_types && !taken; i++)
-			taken = strcmp(c->types[i].merge_key, key) == 0;
-		if (!taken)
-			break;
-		snprintf(key, sizeof key, "%s-%d", base, k);
-	}
+	unique_name(pretty, key, sizeof key, type_taken, c);
 	c->types = realloc(c->types, (c->n_types + 1) * sizeof *c->types);
 	f = &c->types[c->n_types++];
 	memset(f, 0, sizeof *f);
@@ -120,7 +144,7 @@ struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *u
 					    const char *display, const struct pfs_file *files,
 					    size_t n_files)
 {
-	char base[201], name[224];
+	char name[213];
 	struct pfs_service *s = NULL;
 
 	pthread_mutex_lock(&c->lock);
@@ -129,16 +153,7 @@ struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *u
 			s = c->services[i];
 			goto out;
 		}
-	pfs_name_sanitize(display, base, sizeof base);
-	snprintf(name, sizeof name, "%s", base);
-	for (int k = 2;; k++) {
-		bool taken = false;
-		for (size_t i = 0; i < c->n_services && !taken; i++)
-			taken = strcmp(c->services[i]->name, name) == 0;
-		if (!taken && strcmp(name, "merged") && strcmp(name, "latest"))
-			break;
-		snprintf(name, sizeof name, "%s-%d", base, k);
-	}
+	unique_name(display, name, sizeof name, service_taken, c);
 	s = calloc(1, sizeof *s);
 	s->name = strdup(name);
 	s->upstream = strdup(upstream);
