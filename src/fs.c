@@ -247,11 +247,6 @@ static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
 	(void)flags;
 	if ((rc = parse_path(path, &l)))
 		return rc;
-	if (l.node == N_ROUND) {
-		time_t t;
-		if ((rc = pfs_snap_round_time(l.service, l.round, &t)))
-			return rc;
-	}
 	filler(buf, ".", NULL, 0, 0);
 	filler(buf, "..", NULL, 0, 0);
 	switch (l.node) {
