@@ -96,6 +96,8 @@ struct pfs_range {
 };
 
 #define PFS_MAX_RANGES 8
+/* Most <time> windows one API cluster shows (range / window). */
+#define PFS_MAX_WINDOWS 10000
 
 struct pfs_config {
 	char *path;

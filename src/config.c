@@ -8,6 +8,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +62,7 @@ double pfs_parse_duration(const char *s)
 
 	errno = 0;
 	v = strtod(s, &end);
-	if (end == s || errno || v < 0)
+	if (end == s || errno || !isfinite(v) || v < 0 || *s == ' ')
 		return -1;
 	if (*end == '\0' || strcmp(end, "s") == 0)
 		return v;
@@ -76,11 +77,29 @@ double pfs_parse_duration(const char *s)
 	return -1;
 }
 
+/* Bounds of every duration in the config, in seconds. */
+#define DAY 86400.0
+#define YEAR (365 * DAY)
+
+/* "1ms", "10s", "2h", "3650d": a bound written as a duration. */
+static void fmt_duration(double d, char *out, size_t outlen)
+{
+	static const struct { double s; const char *unit; } units[] = {
+		{DAY, "d"}, {3600, "h"}, {60, "m"}, {1, "s"}, {0.001, "ms"}};
+
+	for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+		if (d >= units[i].s && fmod(d, units[i].s) < 1e-9) {
+			snprintf(out, outlen, "%g%s", d / units[i].s, units[i].unit);
+			return;
+		}
+	snprintf(out, outlen, "%gs", d);
+}
+
 static int get_duration(struct parser *p, json_t *obj, const char *key, const char *where,
-			double min, double *out)
+			double min, double max, double *out)
 {
 	json_t *v = json_object_get(obj, key);
-	char field[512];
+	char field[512], lo[32], hi[32];
 	double d;
 
 	if (!v)
@@ -91,9 +110,12 @@ static int get_duration(struct parser *p, json_t *obj, const char *key, const ch
 	else if (json_is_string(v))
 		d = pfs_parse_duration(json_string_value(v));
 	else
-		return fail(p, field, "must be a number of seconds or a string like \"10s\"");
-	if (d < min)
-		return fail(p, field, "must be a duration of at least %gs", min);
+		d = -1;
+	fmt_duration(min, lo, sizeof lo);
+	fmt_duration(max, hi, sizeof hi);
+	if (!isfinite(d) || d < min || d > max)
+		return fail(p, field, "must be a duration from %s to %s: a number of seconds or a "
+			    "string like \"10s\", \"500ms\", \"1m\", \"2h\", \"1d\"", min ? lo : "0", hi);
 	*out = d;
 	return 0;
 }
@@ -196,8 +218,8 @@ static int parse_settings(struct parser *p, json_t *obj, const char *where, stru
 	json_t *v;
 
 	json_incref(s->headers);
-	if (get_duration(p, obj, "timeout", where, 0.001, &s->timeout) ||
-	    get_duration(p, obj, "cpu_seconds", where, 1, &s->cpu_seconds))
+	if (get_duration(p, obj, "timeout", where, 0.001, 3600, &s->timeout) ||
+	    get_duration(p, obj, "cpu_seconds", where, 1, 3600, &s->cpu_seconds))
 		return -1;
 	if (s->cpu_seconds != (long)s->cpu_seconds) {
 		snprintf(field, sizeof field, "%scpu_seconds", where);
@@ -521,17 +543,18 @@ static int parse_api(struct parser *p, json_t *obj, const char *where, const cha
 	a->window = 3600;
 	a->range = 86400;
 	a->discover_every = 60;
-	if (get_duration(p, obj, "window", field, 1, &a->window) ||
-	    get_duration(p, obj, "range", field, 1, &a->range) ||
-	    get_duration(p, obj, "discover_every", field, 0, &a->discover_every) ||
+	if (get_duration(p, obj, "window", field, 1, YEAR, &a->window) ||
+	    get_duration(p, obj, "range", field, 1, 10 * YEAR, &a->range) ||
+	    get_duration(p, obj, "discover_every", field, 0, DAY, &a->discover_every) ||
 	    get_string(p, obj, "label", field, &label) || get_string(p, obj, "project", field, &project) ||
 	    get_string(p, obj, "email", field, &email) || get_string(p, obj, "user", field, &user) ||
 	    get_secret(p, obj, "password", field, &password) ||
 	    get_secret(p, obj, "token", field, &token))
 		return -1;
-	if (a->range < a->window) {
+	if (a->range < a->window || a->range / a->window > PFS_MAX_WINDOWS) {
 		snprintf(field, sizeof field, "%s.range", where);
-		return fail(p, field, "must be at least one window (%gs)", a->window);
+		return fail(p, field, "must be from one to %d windows (window %gs)", PFS_MAX_WINDOWS,
+			    a->window);
 	}
 	if (strcmp(kind, "coroot") == 0 && (!project || !email || !password)) {
 		snprintf(field, sizeof field, "%s.%s", where, !project ? "project" : !email ? "email" : "password");
@@ -627,7 +650,7 @@ static int parse_ranges(struct parser *p, json_t *v, struct pfs_config *cfg)
 		const char *s = json_is_string(rv) ? json_string_value(rv) : "";
 		snprintf(field, sizeof field, "merged[%zu]", i);
 		r->seconds = pfs_parse_duration(s);
-		if (r->seconds < 1 || !pfs_name_is_safe(s) || strlen(s) >= sizeof r->name)
+		if (r->seconds < 1 || r->seconds > 10 * YEAR || !pfs_name_is_safe(s) || strlen(s) >= sizeof r->name)
 			return fail(p, field, "must be a duration string like \"24h\" or \"7d\"");
 		snprintf(r->name, sizeof r->name, "%s", s);
 		for (size_t j = 0; j + 1 < cfg->n_merged; j++)
@@ -650,13 +673,15 @@ static int parse_top(struct parser *p, json_t *root, struct pfs_config *cfg)
 	if (!json_is_object(root))
 		return fail(p, "(top level)", "must be a JSON object");
 	if (check_keys(p, root, "", keys) || get_string(p, root, "cache_dir", "", &cache_dir) ||
-	    get_duration(p, root, "retention", "", 1, &cfg->retention) ||
-	    get_duration(p, root, "latest_ttl", "", 1, &cfg->latest_ttl) ||
-	    get_duration(p, root, "retry_after", "", 0, &cfg->retry_after))
+	    get_duration(p, root, "retention", "", 1, 10 * YEAR, &cfg->retention) ||
+	    get_duration(p, root, "latest_ttl", "", 1, YEAR, &cfg->latest_ttl) ||
+	    get_duration(p, root, "retry_after", "", 0, DAY, &cfg->retry_after))
 		return -1;
 	if ((mb = json_object_get(root, "max_profile_bytes"))) {
-		if (!json_is_integer(mb) || json_integer_value(mb) < 1024)
-			return fail(p, "max_profile_bytes", "must be an integer of at least 1024");
+		if (!json_is_integer(mb) || json_integer_value(mb) < 1024 ||
+		    json_integer_value(mb) > (json_int_t)1 << 32)
+			return fail(p, "max_profile_bytes", "must be an integer from 1024 to %lld",
+				    (long long)1 << 32);
 		cfg->max_bytes = (size_t)json_integer_value(mb);
 	}
 	if (parse_ranges(p, json_object_get(root, "merged"), cfg))
@@ -830,7 +855,8 @@ size_t pfs_cluster_services(struct pfs_cluster *c, struct pfs_service ***out)
 	pthread_mutex_lock(&c->lock);
 	n = c->n_services;
 	*out = malloc((n ? n : 1) * sizeof **out);
-	memcpy(*out, c->services, n * sizeof **out);
+	if (n) /* services is NULL before the first discovery */
+		memcpy(*out, c->services, n * sizeof **out);
 	pthread_mutex_unlock(&c->lock);
 	return n;
 }

@@ -93,6 +93,8 @@ struct kbuf {
 
 static void kb_put(struct kbuf *k, const void *v, size_t n)
 {
+	if (n == 0)
+		return; /* v may be NULL then */
 	if (k->n + n > k->cap) {
 		k->cap = (k->n + n) * 2 + 64;
 		k->p = realloc(k->p, k->cap);

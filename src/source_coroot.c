@@ -199,54 +199,82 @@ static int discover(struct pfs_cluster *c, char *err, size_t errlen)
 
 /* ---- flame graph -> profile.proto ---- */
 
+/* Deepest stack taken from a flame graph; deeper is an error. */
+#define MAX_DEPTH 1024
+
 struct conv {
 	struct pfs_pb *b;
-	uint64_t *stack; /* location ids, root first */
-	size_t depth, cap;
+	uint64_t stack[MAX_DEPTH];      /* location ids, root first */
+	uint64_t leaf_first[MAX_DEPTH];
 	bool cpu;
 	int64_t total;
 	char *err;
 	size_t errlen;
 };
 
-static int walk(struct conv *cv, json_t *node, bool root)
+/* A node being walked and the index of its next child. */
+struct frame {
+	json_t *node;
+	size_t next;
+};
+
+static int add_node(struct conv *cv, json_t *node, size_t depth)
 {
-	json_t *children = json_object_get(node, "children"), *ch;
 	json_int_t self = json_integer_value(json_object_get(node, "self"));
 	const char *name = json_string_value(json_object_get(node, "name"));
-	size_t i;
 
-	if (!root) {
-		if (!name) {
-			snprintf(cv->err, cv->errlen, "flamegraph node without a name");
+	if (!name) {
+		snprintf(cv->err, cv->errlen, "flamegraph node without a name");
+		return -1;
+	}
+	int64_t fn = pfs_pb_str(cv->b, name);
+	uint64_t f = pfs_pb_function(cv->b, fn, fn, 0, 0);
+	struct pfs_pb_line line = {f, 0};
+	cv->stack[depth - 1] = pfs_pb_location(cv->b, 0, 0, &line, 1, 0);
+	if (self > 0) {
+		int64_t v[2] = {self / CPU_PERIOD, self};
+		for (size_t k = 0; k < depth; k++)
+			cv->leaf_first[k] = cv->stack[depth - 1 - k];
+		if (cv->cpu && v[0] == 0)
+			v[0] = 1;
+		pfs_pb_sample(cv->b, cv->leaf_first, depth, cv->cpu ? v : &v[1], NULL, 0);
+		if (__builtin_add_overflow(cv->total, self, &cv->total)) {
+			snprintf(cv->err, cv->errlen, "flamegraph values overflow");
 			return -1;
-		}
-		int64_t fn = pfs_pb_str(cv->b, name);
-		uint64_t f = pfs_pb_function(cv->b, fn, fn, 0, 0);
-		struct pfs_pb_line line = {f, 0};
-		if (cv->depth == cv->cap) {
-			cv->cap = cv->cap ? cv->cap * 2 : 64;
-			cv->stack = realloc(cv->stack, cv->cap * sizeof *cv->stack);
-		}
-		cv->stack[cv->depth++] = pfs_pb_location(cv->b, 0, 0, &line, 1, 0);
-		if (self > 0) {
-			uint64_t leaf_first[4096];
-			size_t n = cv->depth < 4096 ? cv->depth : 4096;
-			int64_t v[2] = {self / CPU_PERIOD, self};
-			for (size_t k = 0; k < n; k++)
-				leaf_first[k] = cv->stack[cv->depth - 1 - k];
-			if (cv->cpu && v[0] == 0)
-				v[0] = 1;
-			pfs_pb_sample(cv->b, leaf_first, n, cv->cpu ? v : &v[1], NULL, 0);
-			cv->total += self;
 		}
 	}
-	json_array_foreach(children, i, ch)
-		if (walk(cv, ch, false))
-			return -1;
-	if (!root)
-		cv->depth--;
 	return 0;
+}
+
+/* Every node below the root becomes a location; its self value a sample
+ * of the stack from the root's child down to it. Iterative, depth-bounded:
+ * upstream JSON decides the depth. */
+static int walk(struct conv *cv, json_t *root)
+{
+	struct frame *st = calloc(MAX_DEPTH + 1, sizeof *st);
+	size_t depth = 0; /* st[0] is the root, which is no frame */
+	int rc = 0;
+
+	st[0].node = root;
+	while (rc == 0) {
+		struct frame *top = &st[depth];
+		json_t *ch = json_array_get(json_object_get(top->node, "children"), top->next);
+		if (!ch) {
+			if (depth-- == 0)
+				break;
+			continue;
+		}
+		top->next++;
+		if (depth == MAX_DEPTH) {
+			snprintf(cv->err, cv->errlen, "flamegraph deeper than %d frames", MAX_DEPTH);
+			rc = -1;
+			break;
+		}
+		st[++depth] = (struct frame){ch, 0};
+		rc = add_node(cv, ch, depth);
+	}
+	free(st);
+	return rc;
 }
 
 static int decode(struct pfs_job *j, const uint8_t *body, size_t len, uint8_t **gz, size_t *gzlen,
@@ -280,30 +308,33 @@ static int decode(struct pfs_job *j, const uint8_t *body, size_t len, uint8_t **
 	} else if (!got || strcmp(got, type)) {
 		snprintf(err, errlen, "asked for profile type %s, got %s", type, got ? got : "none");
 	} else {
-		struct conv cv = {.b = pfs_pb_new(), .err = err, .errlen = errlen};
+		struct conv *cv = calloc(1, sizeof *cv);
+		cv->b = pfs_pb_new();
+		cv->err = err;
+		cv->errlen = errlen;
 		const char *u = strrchr(type, ':');
 		pretty_name(type, sample, sizeof sample);
 		if (u)
 			snprintf(unit, sizeof unit, "%s", u + 1);
-		cv.cpu = strcmp(sample, "cpu") == 0 && strcmp(unit, "nanoseconds") == 0;
-		if (cv.cpu) {
+		cv->cpu = strcmp(sample, "cpu") == 0 && strcmp(unit, "nanoseconds") == 0;
+		if (cv->cpu) {
 			const char *t[] = {"samples", "cpu"}, *un[] = {"count", "nanoseconds"};
-			pfs_pb_set_types(cv.b, t, un, 2, "cpu", "nanoseconds");
-			pfs_pb_set_meta(cv.b, (int64_t)j->from * 1000000000,
+			pfs_pb_set_types(cv->b, t, un, 2, "cpu", "nanoseconds");
+			pfs_pb_set_meta(cv->b, (int64_t)j->from * 1000000000,
 					(int64_t)(j->to - j->from) * 1000000000, CPU_PERIOD);
 		} else {
 			const char *t[] = {sample}, *un[] = {unit};
-			pfs_pb_set_types(cv.b, t, un, 1, sample, unit);
-			pfs_pb_set_meta(cv.b, (int64_t)j->from * 1000000000,
+			pfs_pb_set_types(cv->b, t, un, 1, sample, unit);
+			pfs_pb_set_meta(cv->b, (int64_t)j->from * 1000000000,
 					(int64_t)(j->to - j->from) * 1000000000, 1);
 		}
-		if (walk(&cv, fg, true) == 0 && cv.total > 0) {
-			rc = pfs_pb_finish(cv.b, gz, gzlen, err, errlen);
+		if (walk(cv, fg) == 0 && cv->total > 0) {
+			rc = pfs_pb_finish(cv->b, gz, gzlen, err, errlen);
 		} else {
-			rc = cv.total == 0 && !err[0] ? PFS_ABSENT : -1;
-			pfs_pb_free(cv.b);
+			rc = cv->total == 0 && !err[0] ? PFS_ABSENT : -1;
+			pfs_pb_free(cv->b);
 		}
-		free(cv.stack);
+		free(cv);
 	}
 	json_decref(root);
 	return rc;

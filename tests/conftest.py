@@ -18,6 +18,26 @@ PROFILEFS = BUILD / "profilefs"
 GOAPP_SRC = ROOT / "tests" / "goapp" / "main.go"
 GOAPP = BUILD / "goapp"
 PROFILES = ["heap", "allocs", "goroutine", "block", "mutex", "threadcreate", "cpu"]
+# Sanitizer builds (build-asan/) abort on the first report; the report is in
+# the daemon's log, which teardown checks.
+SANITIZER_ENV = {"ASAN_OPTIONS": "abort_on_error=1:detect_leaks=0:detect_stack_use_after_return=1",
+                 "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer")
+
+
+def daemon_env(extra=None):
+    env = dict(os.environ)
+    env.update(SANITIZER_ENV)
+    env.update(extra or {})
+    return env
+
+
+def sanitizer_report(text):
+    """The first line of a sanitizer report in text, or None."""
+    for line in text.splitlines():
+        if any(m in line for m in SANITIZER_MARKS):
+            return line
+    return None
 
 
 def go_env():
@@ -105,7 +125,7 @@ def unmount(path):
 
 
 class Mount:
-    def __init__(self, binary, tmp, config, extra_args=(), name="mnt"):
+    def __init__(self, binary, tmp, config, extra_args=(), name="mnt", env=None):
         self.tmp = tmp
         self.path = tmp / name
         self.path.mkdir(exist_ok=True)
@@ -117,6 +137,7 @@ class Mount:
         self.log_path = tmp / f"{name}.log"
         self.binary = binary
         self.extra_args = list(extra_args)
+        self.env = daemon_env(env)
         self.proc = None
         self.start()
 
@@ -124,7 +145,7 @@ class Mount:
         self.logf = open(self.log_path, "a")
         self.proc = subprocess.Popen(
             [str(self.binary), "-f", "-c", str(self.config_path), *self.extra_args, str(self.path)],
-            stdout=self.logf, stderr=subprocess.STDOUT)
+            stdout=self.logf, stderr=subprocess.STDOUT, env=self.env)
         wait_for(lambda: is_mounted(self.path) or self.proc.poll() is not None, what="mount")
         assert self.proc.poll() is None, f"profilefs exited: {self.log()}"
 
@@ -158,14 +179,19 @@ def mount(profilefs_bin, tmp_path):
     """Factory: mount(config_dict, extra_args=(), name="mnt") -> Mount."""
     mounts = []
 
-    def make(config, extra_args=(), name="mnt"):
-        m = Mount(profilefs_bin, tmp_path, config, extra_args, name)
+    def make(config, extra_args=(), name="mnt", env=None):
+        m = Mount(profilefs_bin, tmp_path, config, extra_args, name, env)
         mounts.append(m)
         return m
 
     yield make
+    reports = []
     for m in mounts:
         m.stop()
+        rep = sanitizer_report(m.log())
+        if rep:
+            reports.append(f"{m.path}: {rep}")
+    assert not reports, f"sanitizer report in the daemon log: {reports}"
 
 
 def config_for(services, **top):

@@ -56,6 +56,32 @@ BAD_CONFIGS = [
      "clusters.c.kind: unknown source kind"),
 ]
 
+# Durations and counts that are not finite or out of range: each would
+# overflow a conversion later (long ms, time_t), or make endless listings.
+ONE = {"c": {"services": {"s": {"targets": ["http://x"]}}}}
+BAD_CONFIGS += [
+    ({"timeout": "nan", "clusters": ONE}, "timeout: must be a duration from 1ms to 1h"),
+    ({"timeout": "inf", "clusters": ONE}, "timeout: must be a duration from 1ms to 1h"),
+    ({"timeout": "-infs", "clusters": ONE}, "timeout: must be a duration"),
+    ({"timeout": 1e300, "clusters": ONE}, "timeout: must be a duration from 1ms to 1h"),
+    ({"retention": "1e30d", "clusters": ONE}, "retention: must be a duration from 1s to 3650d"),
+    ({"latest_ttl": 0.5, "clusters": ONE}, "latest_ttl: must be a duration from 1s to 365d"),
+    ({"cpu_seconds": 1e18, "clusters": ONE}, "cpu_seconds: must be a duration from 1s to 1h"),
+    ({"cpu_seconds": 1e30, "clusters": ONE}, "cpu_seconds: must be a duration from 1s to 1h"),
+    ({"clusters": {"c": {"services": {"s": {"targets": ["http://x"], "cpu_seconds": "1e30"}}}}},
+     "clusters.c.services.s.cpu_seconds: must be a duration from 1s to 1h"),
+    ({"clusters": {"c": {"services": {"s": {"targets": [{"url": "http://x", "timeout": "nan"}]}}}}},
+     "clusters.c.services.s.targets[0].timeout: must be a duration from 1ms to 1h"),
+    ({"max_profile_bytes": 1 << 40, "clusters": ONE}, "max_profile_bytes: must be an integer from 1024"),
+    ({"merged": ["1e30d"], "clusters": ONE}, "merged[0]: must be a duration string"),
+    ({"clusters": {"p": {"kind": "parca", "url": "http://x", "window": "1s", "range": "3650d"}}},
+     "clusters.p.range: must be from one to 10000 windows"),
+    ({"clusters": {"p": {"kind": "parca", "url": "http://x", "window": "inf"}}},
+     "clusters.p.window: must be a duration from 1s to 365d"),
+    ({"clusters": {"p": {"kind": "parca", "url": "http://x", "discover_every": "nan"}}},
+     "clusters.p.discover_every: must be a duration from 0 to 1d"),
+]
+
 
 @pytest.mark.parametrize("cfg,msg", BAD_CONFIGS, ids=[m for _, m in BAD_CONFIGS])
 def test_bad_config_is_one_line_exit_2_nothing_mounted(profilefs_bin, tmp_path, cfg, msg):

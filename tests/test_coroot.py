@@ -89,3 +89,26 @@ def test_failures(fake, mount, mode, reason):
     fake.mode = mode
     assert_fetch_fails(m, f"coroot/prod_default_Deployment_api/{windows(2)[0]}/cpu.pb.gz",
                        reason, "/profiling")
+
+
+@pytest.mark.parametrize("depth", [300, 1000])
+def test_deep_flamegraph_is_served_not_a_crash(fake, mount, tmp_path, depth):
+    """A flame graph 1000 nodes deep was a recursive walk with a 32 KB frame
+    per level on the fetch thread: SIGSEGV (or silent stack corruption)."""
+    fake.depth = depth
+    m = mount(cfg(fake))
+    w = windows(2)[1]
+    cpu = tmp_path / "cpu.pb.gz"
+    cpu.write_bytes((m.path / "coroot/prod_default_Deployment_api" / w / "cpu.pb.gz").read_bytes())
+    top = pprof_top(cpu, "-cum")
+    assert "main.f0" in top and f"main.f{depth - 1}" in top
+    assert m.proc.poll() is None and m.error_lines() == []
+
+
+def test_too_deep_flamegraph_is_eio_with_reason(fake, mount):
+    fake.depth = 1100  # deeper than JSON parsers (and profilefs) take
+    m = mount(cfg(fake))
+    w = windows(2)[1]
+    line = assert_fetch_fails(m, f"coroot/prod_default_Deployment_api/{w}/cpu.pb.gz",
+                              "prod:default:Deployment:api", "maximum parsing depth")
+    assert m.proc.poll() is None, line

@@ -17,6 +17,14 @@ def node(name, self_, children=()):
             "comp": 0, "children": children, "color_by": "", "data": None}
 
 
+def deep_flamegraph_json(depth):
+    """A chain of depth nodes under "total", as JSON text (too deep for json.dumps)."""
+    head = "".join(f'{{"name":"main.f{i}","total":{10_000_000},"self":{10_000_000 if i == depth - 1 else 0},'
+                   f'"comp":0,"color_by":"","data":null,"children":[' for i in range(depth))
+    return ('{"name":"total","total":10000000,"self":0,"comp":0,"color_by":"","data":null,"children":['
+            + head + "]}" * depth + "]}")
+
+
 def flamegraph(app, type_, frm):
     k = 1 + frm // 3600 % 3
     if type_ == CPU:
@@ -73,6 +81,11 @@ class H(Handler):
             view["profile"]["type"] = query["type"]
             if f.mode == "chwarning":
                 view.update(status="warning", message="clickhouse error: timeout")
+            elif f.depth and query["type"] == CPU:
+                view["profile"]["flamegraph"] = "@FG@"
+                body = json.dumps({"context": ctx, "data": view}).replace(
+                    '"@FG@"', deep_flamegraph_json(f.depth))
+                return self.reply(200, body.encode())
             elif (app, query["type"]) not in f.empty:
                 view["profile"]["flamegraph"] = flamegraph(app, query["type"], query["from"])
             else:
@@ -86,4 +99,5 @@ class Fake(FakeServer):
     def __init__(self, apps, project="prod", email="admin@example.com", password="c0r00t-s3cret"):
         self.apps, self.project, self.email, self.password = apps, project, email, password
         self.session, self.empty = "sess-abc123", set()
+        self.depth = 0  # > 0: CPU flame graphs are one chain this deep
         super().__init__()
