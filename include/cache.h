@@ -1,6 +1,8 @@
 /* On-disk snapshot store: <cache_dir>/<cluster>/<service>/<time>/<file>.
  * Files appear only whole (written aside, fsynced, renamed into place) and
- * are never changed afterwards. */
+ * are never changed afterwards. No symlink below cache_dir is followed;
+ * cache_dir must be ours and not writable by others, and one mount holds
+ * it at a time (flock on cache_dir/.lock). */
 #ifndef PFS_CACHE_H
 #define PFS_CACHE_H
 
@@ -10,6 +12,7 @@
 #include <time.h>
 
 int pfs_cache_init(const char *dir, char *err, size_t errlen);
+void pfs_cache_close(void);
 
 /* Store data as cluster/service/round/file with the given mtime. */
 int pfs_cache_publish(const char *cluster, const char *service, const char *round,
@@ -27,6 +30,14 @@ typedef void (*pfs_cache_visit)(const char *cluster, const char *service, const 
 				const char *file, off_t size, time_t mtime, void *arg);
 /* Call visit for every stored file; the caller matches names to its config. */
 void pfs_cache_scan(pfs_cache_visit visit, void *arg);
+
+typedef void (*pfs_cache_round_fn)(const char *cluster, const char *service, const char *round,
+				   void *arg);
+/* Round directories of one service (or, with service NULL, of every
+ * service of the cluster). */
+void pfs_cache_rounds(const char *cluster, const char *service, pfs_cache_round_fn fn, void *arg);
+/* Every round directory in the cache. */
+void pfs_cache_each_round(pfs_cache_round_fn fn, void *arg);
 
 /* Delete one round directory and the files in it. */
 int pfs_cache_remove_round(const char *cluster, const char *service, const char *round);

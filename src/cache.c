@@ -1,18 +1,28 @@
-/* On-disk snapshot store, all paths relative to one directory fd. */
+/* On-disk snapshot store. Every path below cache_dir is walked one
+ * component at a time from the cache_dir fd with O_NOFOLLOW: a symlink
+ * anywhere in the tree (a round, a service, .tmp) is never followed, so
+ * nothing outside the cache is read, renamed into or deleted. */
 #include "cache.h"
+
+#include "log.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define TMP_DIR ".tmp"
+#define LOCK_FILE ".lock"
 
-static int g_root = -1;
+static int g_root = -1, g_tmp = -1, g_lock = -1;
+
+#define DIR_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
 
 static int mkdir_p(const char *path)
 {
@@ -30,43 +40,123 @@ static int mkdir_p(const char *path)
 	return mkdir(buf, 0700) && errno != EEXIST ? -1 : 0;
 }
 
+/* One path component as the cache names them: never "", ".", ".." or
+ * anything with a '/'. */
+static bool plain(const char *c)
+{
+	return *c && strcmp(c, ".") && strcmp(c, "..") && !strchr(c, '/');
+}
+
+/* The directory root/parts[0]/.../parts[n-1], each component opened with
+ * O_NOFOLLOW (and made if create). An fd, or -errno. */
+static int open_dir(const char *const *parts, size_t n, bool create)
+{
+	int fd = dup(g_root);
+
+	for (size_t i = 0; i < n && fd >= 0; i++) {
+		int next;
+		if (!plain(parts[i])) {
+			close(fd);
+			return -EINVAL;
+		}
+		next = openat(fd, parts[i], DIR_FLAGS);
+		if (next < 0 && create && (errno == ELOOP || errno == ENOTDIR)) {
+			/* a link or file planted where a directory goes: drop it */
+			pfs_warn("cache: %s is not a directory: replacing it", parts[i]);
+			if (unlinkat(fd, parts[i], 0) == 0)
+				errno = ENOENT;
+		}
+		if (next < 0 && errno == ENOENT && create &&
+		    (mkdirat(fd, parts[i], 0700) == 0 || errno == EEXIST))
+			next = openat(fd, parts[i], DIR_FLAGS);
+		int e = errno;
+		close(fd);
+		if (next < 0)
+			return e == ELOOP || e == ENOTDIR ? -ENOTDIR : -e;
+		fd = next;
+	}
+	return fd < 0 ? -errno : fd;
+}
+
+static int round_dir(const char *cluster, const char *service, const char *round, bool create)
+{
+	const char *parts[] = {cluster, service, round};
+	return open_dir(parts, 3, create);
+}
+
+/* Replace a non-directory (a symlink, a file) at name with an empty dir. */
+static int fresh_dir(const char *dir, const char *name)
+{
+	struct stat st;
+
+	if (fstatat(g_root, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode)) {
+		pfs_warn("cache_dir %s/%s is not a directory (%s): replacing it", dir, name,
+			 S_ISLNK(st.st_mode) ? "a symlink" : "a file");
+		if (unlinkat(g_root, name, 0))
+			return -1;
+	}
+	if (mkdirat(g_root, name, 0700) && errno != EEXIST)
+		return -1;
+	return openat(g_root, name, DIR_FLAGS);
+}
+
+static int take_lock(const char *dir, char *err, size_t errlen)
+{
+	char pid[32] = "";
+	ssize_t n;
+
+	g_lock = openat(g_root, LOCK_FILE, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (g_lock < 0) {
+		snprintf(err, errlen, "cache_dir %s/" LOCK_FILE ": %s", dir, strerror(errno));
+		return -1;
+	}
+	if (flock(g_lock, LOCK_EX | LOCK_NB)) {
+		n = pread(g_lock, pid, sizeof pid - 1, 0);
+		pid[n > 0 ? n : 0] = '\0';
+		pid[strcspn(pid, "\n")] = '\0';
+		snprintf(err, errlen, "cache_dir %s is in use by another profilefs (pid %s); give each "
+			 "mount its own cache_dir", dir, *pid ? pid : "unknown");
+		return -1;
+	}
+	n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+	if (ftruncate(g_lock, 0) || pwrite(g_lock, pid, (size_t)n, 0) != n)
+		pfs_warn("cache_dir %s/" LOCK_FILE ": cannot write pid", dir);
+	return 0;
+}
+
 int pfs_cache_init(const char *dir, char *err, size_t errlen)
 {
+	struct stat st;
 	DIR *d;
 	struct dirent *de;
-	int tmp;
 
-	if (mkdir_p(dir) || (g_root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+	if (mkdir_p(dir) || (g_root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+	    fstat(g_root, &st)) {
 		snprintf(err, errlen, "cache_dir %s: %s", dir, strerror(errno));
 		return -1;
 	}
-	if (mkdirat(g_root, TMP_DIR, 0700) && errno != EEXIST) {
+	if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+		snprintf(err, errlen, "cache_dir %s: %s (owner uid %u, mode %04o): refusing, others "
+			 "could plant files or links in it", dir,
+			 st.st_uid != geteuid() ? "owned by another user" : "writable by others",
+			 (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		return -1;
+	}
+	if (take_lock(dir, err, errlen))
+		return -1;
+	if ((g_tmp = fresh_dir(dir, TMP_DIR)) < 0) {
 		snprintf(err, errlen, "cache_dir %s/" TMP_DIR ": %s", dir, strerror(errno));
 		return -1;
 	}
 	/* Leftovers of writes cut short by a crash are never published. */
-	tmp = openat(g_root, TMP_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (tmp >= 0 && (d = fdopendir(tmp))) {
+	int fd = dup(g_tmp);
+	if (fd >= 0 && (d = fdopendir(fd))) {
+		rewinddir(d);
 		while ((de = readdir(d)))
-			if (de->d_name[0] != '.')
-				unlinkat(tmp, de->d_name, 0);
+			if (plain(de->d_name))
+				unlinkat(g_tmp, de->d_name, 0);
 		closedir(d);
 	}
-	return 0;
-}
-
-static int mkdirs_at(const char *cluster, const char *service, const char *round, char *rel,
-		     size_t rellen)
-{
-	snprintf(rel, rellen, "%s", cluster);
-	if (mkdirat(g_root, rel, 0700) && errno != EEXIST)
-		return -1;
-	snprintf(rel, rellen, "%s/%s", cluster, service);
-	if (mkdirat(g_root, rel, 0700) && errno != EEXIST)
-		return -1;
-	snprintf(rel, rellen, "%s/%s/%s", cluster, service, round);
-	if (mkdirat(g_root, rel, 0700) && errno != EEXIST)
-		return -1;
 	return 0;
 }
 
@@ -74,167 +164,230 @@ int pfs_cache_publish(const char *cluster, const char *service, const char *roun
 		      const char *file, const uint8_t *data, size_t len, time_t mtime,
 		      char *err, size_t errlen)
 {
-	char tmp[128], dst[1024];
+	char tmp[64];
 	struct timespec ts[2] = {{mtime, 0}, {mtime, 0}};
 	static unsigned seq;
 	size_t off = 0;
-	int fd;
+	int fd, dir = -1, e;
 
-	snprintf(tmp, sizeof tmp, TMP_DIR "/%d.%u", getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
-	fd = openat(g_root, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0)
-		goto fail;
+	if (!plain(file)) {
+		snprintf(err, errlen, "cache write: bad file name");
+		return -1;
+	}
+	snprintf(tmp, sizeof tmp, "%d.%u", getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
+	fd = openat(g_tmp, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		snprintf(err, errlen, "cache write: %s", strerror(errno));
+		return -1;
+	}
 	while (off < len) {
 		ssize_t w = write(fd, data + off, len - off);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			goto fail_fd;
-		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			goto fail;
 		off += (size_t)w;
 	}
 	if (futimens(fd, ts) || fsync(fd))
-		goto fail_fd;
+		goto fail;
+	if ((dir = round_dir(cluster, service, round, true)) < 0) {
+		errno = -dir;
+		goto fail;
+	}
+	/* renameat replaces a symlink at file; it never writes through one */
+	if (renameat(g_tmp, tmp, dir, file))
+		goto fail;
+	close(dir);
 	close(fd);
-	if (mkdirs_at(cluster, service, round, dst, sizeof dst))
-		goto fail_tmp;
-	snprintf(dst, sizeof dst, "%s/%s/%s/%s", cluster, service, round, file);
-	if (renameat(g_root, tmp, g_root, dst))
-		goto fail_tmp;
 	return 0;
-fail_fd:
-	close(fd);
-fail_tmp:
-	snprintf(err, errlen, "cache write: %s", strerror(errno));
-	unlinkat(g_root, tmp, 0);
-	return -1;
 fail:
-	snprintf(err, errlen, "cache write: %s", strerror(errno));
+	e = errno;
+	snprintf(err, errlen, "cache write: %s", strerror(e));
+	if (dir >= 0)
+		close(dir);
+	close(fd);
+	unlinkat(g_tmp, tmp, 0);
 	return -1;
 }
 
 int pfs_cache_open(const char *cluster, const char *service, const char *round, const char *file)
 {
-	char rel[1024];
-	int fd;
+	int dir = round_dir(cluster, service, round, false), fd;
+	struct stat st;
 
-	snprintf(rel, sizeof rel, "%s/%s/%s/%s", cluster, service, round, file);
-	fd = openat(g_root, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	return fd < 0 ? -errno : fd;
+	if (dir < 0)
+		return dir == -ENOTDIR ? -ENOENT : dir;
+	fd = plain(file) ? openat(dir, file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1;
+	int e = plain(file) ? errno : ENOENT;
+	close(dir);
+	if (fd < 0)
+		return e == ELOOP ? -ENOENT : -e;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -ENOENT;
+	}
+	return fd;
 }
 
 int pfs_cache_stat(const char *cluster, const char *service, const char *round, const char *file,
 		   off_t *size)
 {
-	char rel[1024];
+	int dir = round_dir(cluster, service, round, false), rc = -1;
 	struct stat st;
 
-	snprintf(rel, sizeof rel, "%s/%s/%s/%s", cluster, service, round, file);
-	if (fstatat(g_root, rel, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+	if (dir < 0)
 		return -1;
-	*size = st.st_size;
-	return 0;
+	if (plain(file) && fstatat(dir, file, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+		*size = st.st_size;
+		rc = 0;
+	}
+	close(dir);
+	return rc;
 }
 
-/* Call fn for each subdirectory (want_dir) or regular file in rel ("" for
- * the root, where dot entries such as .tmp are skipped; deeper down they
- * are merged/ files, which callers tell by their names). */
-static void each_entry(const char *rel, int want_dir,
-		       void (*fn)(const char *name, const struct stat *st, void *arg), void *arg)
+/* Call fn for each entry of the directory fd (taken over) that is a
+ * directory (want_dir) or a regular file, never following a link; dot
+ * entries are skipped where skip_dot (the root: .tmp, .lock). */
+static void each_entry(int fd, bool want_dir, bool skip_dot,
+		       void (*fn)(int dirfd, const char *name, const struct stat *st, void *arg),
+		       void *arg)
 {
-	int fd = openat(g_root, *rel ? rel : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	struct dirent *de;
 	struct stat st;
-	DIR *d;
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
 
-	if (fd < 0 || !(d = fdopendir(fd))) {
+	if (!d) {
 		if (fd >= 0)
 			close(fd);
 		return;
 	}
+	rewinddir(d); /* a dup of g_root shares its offset */
 	while ((de = readdir(d))) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
-		    (!*rel && de->d_name[0] == '.') ||
+		if (!plain(de->d_name) || (skip_dot && de->d_name[0] == '.') ||
 		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW))
 			continue;
 		if (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode))
-			fn(de->d_name, &st, arg);
+			fn(dirfd(d), de->d_name, &st, arg);
 	}
 	closedir(d);
 }
 
 struct scan {
 	pfs_cache_visit visit;
+	pfs_cache_round_fn round_fn;
 	void *arg;
 	const char *c, *s, *r;
 	uint64_t bytes;
 };
 
-static void scan_file(const char *name, const struct stat *st, void *arg)
+static void scan_file(int dir, const char *name, const struct stat *st, void *arg)
 {
 	struct scan *sc = arg;
+	(void)dir;
 	if (sc->visit)
 		sc->visit(sc->c, sc->s, sc->r, name, st->st_size, st->st_mtime, sc->arg);
 	sc->bytes += (uint64_t)st->st_size;
 }
 
-static void scan_round(const char *name, const struct stat *st, void *arg)
+static void scan_round(int dir, const char *name, const struct stat *st, void *arg)
 {
 	struct scan *sc = arg;
-	char rel[1024];
 	(void)st;
 	sc->r = name;
-	snprintf(rel, sizeof rel, "%s/%s/%s", sc->c, sc->s, name);
-	each_entry(rel, 0, scan_file, sc);
+	if (sc->round_fn)
+		sc->round_fn(sc->c, sc->s, name, sc->arg);
+	else
+		each_entry(openat(dir, name, DIR_FLAGS), false, false, scan_file, sc);
 }
 
-static void scan_service(const char *name, const struct stat *st, void *arg)
+static void scan_service(int dir, const char *name, const struct stat *st, void *arg)
 {
 	struct scan *sc = arg;
-	char rel[1024];
 	(void)st;
 	sc->s = name;
-	snprintf(rel, sizeof rel, "%s/%s", sc->c, name);
-	each_entry(rel, 1, scan_round, sc);
+	each_entry(openat(dir, name, DIR_FLAGS), true, false, scan_round, sc);
 }
 
-static void scan_cluster(const char *name, const struct stat *st, void *arg)
+static void scan_cluster(int dir, const char *name, const struct stat *st, void *arg)
 {
 	struct scan *sc = arg;
 	(void)st;
 	sc->c = name;
-	each_entry(name, 1, scan_service, sc);
+	each_entry(openat(dir, name, DIR_FLAGS), true, false, scan_service, sc);
 }
 
 void pfs_cache_scan(pfs_cache_visit visit, void *arg)
 {
 	struct scan sc = {.visit = visit, .arg = arg};
-	each_entry("", 1, scan_cluster, &sc);
+	each_entry(dup(g_root), true, true, scan_cluster, &sc);
+}
+
+void pfs_cache_rounds(const char *cluster, const char *service, pfs_cache_round_fn fn, void *arg)
+{
+	struct scan sc = {.round_fn = fn, .arg = arg, .c = cluster, .s = service};
+	const char *parts[] = {cluster, service};
+	int fd = open_dir(parts, service ? 2 : 1, false);
+
+	if (fd < 0)
+		return;
+	if (service)
+		each_entry(fd, true, false, scan_round, &sc);
+	else
+		each_entry(fd, true, false, scan_service, &sc);
+}
+
+void pfs_cache_each_round(pfs_cache_round_fn fn, void *arg)
+{
+	struct scan sc = {.round_fn = fn, .arg = arg};
+	each_entry(dup(g_root), true, true, scan_cluster, &sc);
 }
 
 uint64_t pfs_cache_bytes(void)
 {
 	struct scan sc = {0};
-	each_entry("", 1, scan_cluster, &sc);
+	each_entry(dup(g_root), true, true, scan_cluster, &sc);
 	return sc.bytes;
-}
-
-static void unlink_file(const char *name, const struct stat *st, void *arg)
-{
-	(void)st;
-	unlinkat(*(int *)arg, name, 0);
 }
 
 int pfs_cache_remove_round(const char *cluster, const char *service, const char *round)
 {
-	char rel[1024];
-	int fd;
+	const char *parts[] = {cluster, service};
+	int svc = open_dir(parts, 2, false), fd, rc = 0;
+	struct dirent *de;
+	DIR *d;
 
-	snprintf(rel, sizeof rel, "%s/%s/%s", cluster, service, round);
-	fd = openat(g_root, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-		return -errno;
-	each_entry(rel, 0, unlink_file, &fd);
-	close(fd);
-	return unlinkat(g_root, rel, AT_REMOVEDIR) ? -errno : 0;
+	if (svc < 0)
+		return svc == -ENOTDIR ? -ENOENT : svc;
+	fd = plain(round) ? openat(svc, round, DIR_FLAGS) : -1;
+	if (fd < 0) {
+		rc = -errno;
+		/* a symlink or file where a round should be: remove the link itself */
+		if ((errno == ENOTDIR || errno == ELOOP) && unlinkat(svc, round, 0) == 0)
+			rc = 0;
+		close(svc);
+		return rc;
+	}
+	if ((d = fdopendir(fd))) {
+		while ((de = readdir(d)))
+			if (plain(de->d_name))
+				unlinkat(dirfd(d), de->d_name, 0); /* files and links, not their targets */
+		closedir(d);
+	} else {
+		close(fd);
+	}
+	if (unlinkat(svc, round, AT_REMOVEDIR))
+		rc = -errno;
+	close(svc);
+	return rc;
+}
+
+void pfs_cache_close(void)
+{
+	int *fds[] = {&g_tmp, &g_root, &g_lock};
+
+	for (size_t i = 0; i < sizeof fds / sizeof *fds; i++)
+		if (*fds[i] >= 0) {
+			close(*fds[i]);
+			*fds[i] = -1;
+		}
 }

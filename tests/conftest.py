@@ -171,7 +171,7 @@ class Mount:
 
     def cached_files(self):
         return sorted(str(p.relative_to(self.cache)) for p in self.cache.rglob("*")
-                      if p.is_file() and ".tmp" not in p.parts)
+                      if p.is_file() and ".tmp" not in p.parts and p.name != ".lock")
 
 
 @pytest.fixture
