@@ -13,6 +13,8 @@
 
 int pfs_cache_init(const char *dir, char *err, size_t errlen);
 void pfs_cache_close(void);
+/* Write this process's pid into the lock file (again after a fork). */
+void pfs_cache_note_pid(void);
 
 /* Store data as cluster/service/round/file with the given mtime. */
 int pfs_cache_publish(const char *cluster, const char *service, const char *round,

@@ -38,8 +38,10 @@ struct pfs_target {
 
 /* One file of a service's snapshot (a <time> or latest/ directory). */
 struct pfs_file {
-	char name[160];      /* "heap.pb.gz", "heap.<target>.pb.gz", ... */
-	char merge_key[128]; /* merged/<range>/<merge_key>.pb.gz */
+	char name[256];      /* "heap.pb.gz", "heap.<target>.pb.gz", ... */
+	char key[256];       /* its name in the cache: one per upstream identity */
+	char merge_key[224]; /* merged/<range>/<merge_key>.pb.gz */
+	char pretty[128];    /* API types: the short name asked for */
 	int profile;         /* enum pfs_profile, or -1 for an API profile type */
 	size_t target;       /* index into the service's targets (pprof) */
 	char *type_id;       /* API sources: the upstream profile type */
@@ -105,7 +107,10 @@ struct pfs_config {
 	double retention;     /* seconds a snapshot is kept on disk */
 	double latest_ttl;    /* seconds one "latest" snapshot is reused */
 	double retry_after;   /* seconds a failed fetch is remembered */
-	size_t max_bytes;     /* largest profile accepted */
+	size_t max_bytes;     /* largest response body accepted */
+	size_t max_raw_bytes; /* largest profile uncompressed */
+	size_t max_memory;    /* budget of bodies and decoding in flight (mem.h) */
+	size_t decode_threads;/* worker pool (work.h) */
 	struct pfs_range merged[PFS_MAX_RANGES];
 	size_t n_merged;
 	struct pfs_cluster *clusters;

@@ -34,8 +34,8 @@ struct pfs_fetch {
 	size_t len;
 
 	/* Private to the fetcher. */
-	size_t cap;
-	bool too_big;
+	size_t cap;      /* charged to the memory budget */
+	bool too_big, over_budget;
 	char curl_err[256];
 	void *easy;
 	struct curl_slist *slist;

@@ -1,14 +1,17 @@
-/* FUSE operations: the read-only tree
+/* FUSE operations (lowlevel API): the read-only tree
  *   /<cluster>/<service>/latest/<profile>.pb.gz   scraped on access
  *   /<cluster>/<service>/<time>/<profile>.pb.gz   frozen snapshots */
 #ifndef PFS_FS_H
 #define PFS_FS_H
 
-#include <fuse.h>
+#include <fuse_lowlevel.h>
 
 #include "config.h"
 
-void pfs_fs_setup(struct pfs_config *cfg);
-extern const struct fuse_operations pfs_fs_ops;
+/* Before the session loop: node table, retry thread for parked requests. */
+int pfs_fs_setup(struct pfs_config *cfg);
+/* After it: fails what is still parked, frees the nodes. */
+void pfs_fs_teardown(void);
+extern const struct fuse_lowlevel_ops pfs_fs_ops;
 
 #endif

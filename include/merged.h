@@ -26,4 +26,7 @@ int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, const char
 /* The same, then open it: an fd or -errno. */
 int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char *key);
 
+/* At exit. */
+void pfs_merged_free(void);
+
 #endif

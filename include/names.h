@@ -14,4 +14,10 @@ bool pfs_name_is_safe(const char *s);
  * An empty result becomes "_". Always NUL-terminates. */
 void pfs_name_sanitize(const char *s, char *out, size_t outlen);
 
+/* A path component that stands for s and for nothing else: s itself if
+ * it is safe, else its sanitized form (at most 180 bytes) and "~" and a
+ * hash of all of s. The same s gives the same name on every mount, and
+ * two names never meet ('~' is not in a safe name). */
+void pfs_name_stable(const char *s, char *out, size_t outlen);
+
 #endif

@@ -7,9 +7,13 @@
 
 /* Inflate a complete gzip stream (no trailing bytes) into *out (malloc'd).
  * Fails on a bad header, truncation, CRC mismatch or more than max_out
- * bytes of output. Returns 0 or -1 with a reason in err. */
+ * bytes of output, or when the memory budget is spent. Returns 0 or -1
+ * with a reason in err. */
 int pfs_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out, size_t *outlen,
 	       char *err, size_t errlen);
+
+/* Free what pfs_gunzip() made (and give its bytes back to the budget). */
+void pfs_gunzip_free(uint8_t *out, size_t outlen);
 
 /* gzip (with header and CRC) len bytes into *out (malloc'd). */
 int pfs_gzip(const uint8_t *in, size_t len, uint8_t **out, size_t *outlen, char *err,
@@ -17,9 +21,11 @@ int pfs_gzip(const uint8_t *in, size_t len, uint8_t **out, size_t *outlen, char 
 
 struct Perftools__Profiles__Profile;
 /* Gunzip, decode and check a profile (as pfs_pprof_validate_gz); NULL with
- * a reason in err. Free with perftools__profiles__profile__free_unpacked. */
+ * a reason in err. Free with pfs_pprof_free. */
 struct Perftools__Profiles__Profile *pfs_pprof_decode_gz(const uint8_t *buf, size_t len,
 							size_t max_raw, char *err, size_t errlen);
+/* Free a decoded profile (its memory is charged to the budget). */
+void pfs_pprof_free(struct Perftools__Profiles__Profile *p);
 /* Decode and check an uncompressed profile.proto. */
 struct Perftools__Profiles__Profile *pfs_pprof_decode_raw(const uint8_t *raw, size_t len,
 							 char *err, size_t errlen);

@@ -17,8 +17,35 @@
 #define PFS_ROUND_NAME_MAX 32 /* "2026-12-02T10:00:00Z" and NUL */
 
 int pfs_snap_init(struct pfs_config *cfg, char *err, size_t errlen);
-/* For a service added after init (discovered). */
+/* For a service added after init (discovered): also loads the rounds an
+ * earlier mount left on disk for it. */
 void pfs_snap_service_init(struct pfs_service *s);
+void pfs_snap_service_free(struct pfs_service *s);
+/* At exit, after the fetcher stopped: every service's state, merged/
+ * memos, the sources' sessions and connections. */
+void pfs_snap_free(struct pfs_config *cfg);
+
+/* Retention: prune every known service, and remove old rounds on disk of
+ * services this mount does not know. Runs at init, then every so often
+ * on the sweeper thread. */
+void pfs_snap_sweep(void);
+int pfs_snap_sweeper_start(void);
+void pfs_snap_sweeper_stop(void);
+
+/* on_change(s) is called (no lock held) whenever a fetch of service s
+ * finished; interrupted() tells a blocking wait to give up (-EINTR). */
+struct pfs_service;
+typedef void (*pfs_snap_change_fn)(struct pfs_service *s);
+void pfs_snap_set_hooks(pfs_snap_change_fn on_change, bool (*interrupted)(void));
+/* Longest a fetch of this service can take, plus a margin. */
+double pfs_snap_max_wait(const struct pfs_service *s);
+
+/* Flags of the calls below. Without PFS_SNAP_WAIT they return -EAGAIN
+ * instead of waiting (the fetches they need are started); with
+ * PFS_SNAP_NO_RETRY a fetch that failed is not started again (a request
+ * asking again for the fetch it waited on takes its failure). */
+#define PFS_SNAP_WAIT 1
+#define PFS_SNAP_NO_RETRY 2
 
 /* Index of the service's file with this name, or -1. */
 int pfs_snap_file_index(const struct pfs_service *s, const char *file);
@@ -26,36 +53,42 @@ int pfs_snap_file_index(const struct pfs_service *s, const char *file);
 typedef void (*pfs_snap_round_fn)(const char *round, time_t t, void *arg);
 typedef void (*pfs_snap_file_fn)(const char *file, void *arg);
 
+/* The latest round stays the same while its fetches are in flight and
+ * for latest_ttl after the last one finished. */
+
 /* Rounds shown in the service directory, oldest first: scrape rounds that
  * hold files or have fetches in flight; every window of the range. */
 void pfs_snap_list_rounds(struct pfs_service *s, pfs_snap_round_fn fn, void *arg);
 /* Files of a round, once fetched (windows: all fetched now, at once);
  * -ENOENT if there is no such round. */
-int pfs_snap_list_files(struct pfs_service *s, const char *round, pfs_snap_file_fn fn, void *arg);
+int pfs_snap_list_files(struct pfs_service *s, const char *round, int flags, pfs_snap_file_fn fn,
+			void *arg);
 /* Size and mtime of a file of a round (windows: fetched if needed);
  * -ENOENT if it does not exist, -EIO if its fetch failed. */
-int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, off_t *size,
-		  time_t *mtime);
+int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, int flags,
+		  off_t *size, time_t *mtime);
+/* Open a frozen file of a round (its cache file, by the file's key). */
+int pfs_snap_open(struct pfs_service *s, const char *round, const char *file);
 /* The time of a round that exists (scrapes: once its fetches are done). */
-int pfs_snap_round_time(struct pfs_service *s, const char *round, time_t *t);
+int pfs_snap_round_time(struct pfs_service *s, const char *round, int flags, time_t *t);
 
 /* Make sure the latest round has this file, fetching it if needed (and
  * waiting, bounded by the fetch timeout). Fills the round name, size and
  * mtime; -EIO if the fetch failed (logged once), -ENOENT if upstream has
  * no such data. */
-int pfs_snap_latest(struct pfs_service *s, int file, char round[PFS_ROUND_NAME_MAX],
+int pfs_snap_latest(struct pfs_service *s, int file, int flags, char round[PFS_ROUND_NAME_MAX],
 		    off_t *size, time_t *mtime);
 /* Start fetching every file of the latest round at once; do not wait. */
 void pfs_snap_latest_start(struct pfs_service *s);
 /* The same, then wait, and call fn for each file that exists or failed. */
-void pfs_snap_latest_all(struct pfs_service *s, pfs_snap_file_fn fn, void *arg);
+int pfs_snap_latest_all(struct pfs_service *s, int flags, pfs_snap_file_fn fn, void *arg);
 /* Time of the latest round, or 0 if there is none yet. */
 time_t pfs_snap_latest_time(struct pfs_service *s);
 
 /* A frozen file that a merge reads. */
 struct pfs_snap_input {
 	char round[PFS_ROUND_NAME_MAX];
-	char file[160];
+	char file[256]; /* its cache key */
 	time_t t;
 };
 /* Frozen files with this merge key from `since` on, oldest first (*out

@@ -52,9 +52,12 @@ struct pfs_source_ops {
 	bool windows;
 	int (*discover)(struct pfs_cluster *c, char *err, size_t errlen);
 	void (*start)(struct pfs_job *j);
+	void (*cleanup)(void); /* at exit: sessions, connections (may be NULL) */
 };
 
 const struct pfs_source_ops *pfs_source_find(const char *kind);
+/* Every kind's cleanup, at exit. */
+void pfs_sources_free(void);
 
 /* HTTP helpers for sources. */
 /* Submit j->url (GET, or POST of j->post with content_type) with the

@@ -118,10 +118,17 @@ static int take_lock(const char *dir, char *err, size_t errlen)
 			 "mount its own cache_dir", dir, *pid ? pid : "unknown");
 		return -1;
 	}
-	n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-	if (ftruncate(g_lock, 0) || pwrite(g_lock, pid, (size_t)n, 0) != n)
-		pfs_warn("cache_dir %s/" LOCK_FILE ": cannot write pid", dir);
+	pfs_cache_note_pid();
 	return 0;
+}
+
+void pfs_cache_note_pid(void)
+{
+	char pid[32];
+	int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+
+	if (ftruncate(g_lock, 0) || pwrite(g_lock, pid, (size_t)n, 0) != n)
+		pfs_warn("cache_dir/" LOCK_FILE ": cannot write pid");
 }
 
 int pfs_cache_init(const char *dir, char *err, size_t errlen)

@@ -434,9 +434,9 @@ static int parse_service(struct parser *p, const char *name, json_t *obj, const 
 	svc->targets = calloc(json_array_size(targets), sizeof *svc->targets);
 	json_array_foreach(targets, i, tv) {
 		snprintf(field, sizeof field, "%s.targets[%zu]", where, i);
+		svc->n_targets++; /* counted first: a half-parsed target is freed too */
 		if (parse_target(p, tv, field, &s, false, &svc->targets[i]))
 			goto out_targets;
-		svc->n_targets++;
 		for (size_t j = 0; j < i; j++)
 			if (strcmp(svc->targets[j].name, svc->targets[i].name) == 0) {
 				strcat(field, ".name");
@@ -460,6 +460,7 @@ static int parse_service(struct parser *p, const char *name, json_t *obj, const 
 			else
 				snprintf(f->name, sizeof f->name, "%s.%s.pb.gz", pfs_profile_names[k],
 					 svc->targets[t].name);
+			memcpy(f->key, f->name, sizeof f->key);
 		}
 	rc = 0;
 out_targets:
@@ -660,10 +661,26 @@ static int parse_ranges(struct parser *p, json_t *v, struct pfs_config *cfg)
 	return 0;
 }
 
+/* An integer in [min, max]: sizes in bytes, counts. */
+static int get_size(struct parser *p, json_t *obj, const char *key, json_int_t min, json_int_t max,
+		    size_t *out)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (!v)
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
+		return fail(p, key, "must be an integer from %lld to %lld", (long long)min,
+			    (long long)max);
+	*out = (size_t)json_integer_value(v);
+	return 0;
+}
+
 static int parse_top(struct parser *p, json_t *root, struct pfs_config *cfg)
 {
 	static const char *const keys[] = {"cache_dir", "retention", "latest_ttl", "retry_after",
-					   "max_profile_bytes", "merged", "clusters", SETTING_KEYS, NULL};
+					   "max_profile_bytes", "max_profile_raw_bytes", "max_memory",
+					   "decode_threads", "merged", "clusters", SETTING_KEYS, NULL};
 	struct settings s = {.timeout = 10, .cpu_seconds = 10, .profiles = ALL_PROFILES};
 	const char *cache_dir = NULL, *cname;
 	json_t *clusters, *cv, *mb;
@@ -679,11 +696,15 @@ static int parse_top(struct parser *p, json_t *root, struct pfs_config *cfg)
 		return -1;
 	if ((mb = json_object_get(root, "max_profile_bytes"))) {
 		if (!json_is_integer(mb) || json_integer_value(mb) < 1024 ||
-		    json_integer_value(mb) > (json_int_t)1 << 32)
+		    json_integer_value(mb) > (json_int_t)1 << 31)
 			return fail(p, "max_profile_bytes", "must be an integer from 1024 to %lld",
-				    (long long)1 << 32);
+				    (long long)1 << 31);
 		cfg->max_bytes = (size_t)json_integer_value(mb);
 	}
+	if (get_size(p, root, "max_profile_raw_bytes", 4096, (json_int_t)1 << 32, &cfg->max_raw_bytes) ||
+	    get_size(p, root, "max_memory", 16 << 20, (json_int_t)1 << 40, &cfg->max_memory) ||
+	    get_size(p, root, "decode_threads", 1, 64, &cfg->decode_threads))
+		return -1;
 	if (parse_ranges(p, json_object_get(root, "merged"), cfg))
 		return -1;
 	if (cache_dir) {
@@ -740,7 +761,10 @@ int pfs_config_load(const char *path, struct pfs_config *cfg, char *err, size_t 
 	cfg->retention = 7 * 86400;
 	cfg->latest_ttl = 60;
 	cfg->retry_after = 5;
-	cfg->max_bytes = 256u << 20;
+	cfg->max_bytes = 64u << 20;
+	cfg->max_raw_bytes = 256u << 20;
+	cfg->max_memory = (size_t)1 << 30;
+	cfg->decode_threads = 2;
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
 		if (jerr.line < 1)

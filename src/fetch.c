@@ -3,6 +3,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "mem.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -30,9 +31,17 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
 		size_t cap = f->cap ? f->cap : 64 * 1024;
 		while (cap < f->len + n)
 			cap *= 2;
-		uint8_t *b = realloc(f->body, cap);
-		if (!b)
+		if (cap > f->max_bytes)
+			cap = f->max_bytes;
+		if (!pfs_mem_take(cap - f->cap)) {
+			f->over_budget = true;
 			return 0;
+		}
+		uint8_t *b = realloc(f->body, cap);
+		if (!b) {
+			pfs_mem_give(cap - f->cap);
+			return 0;
+		}
 		f->body = b;
 		f->cap = cap;
 	}
@@ -136,6 +145,9 @@ static void record_result(struct pfs_fetch *f, CURLcode cc)
 	if (f->too_big)
 		snprintf(f->error, sizeof f->error, "HTTP %ld, body larger than %zu bytes",
 			 f->http_status, f->max_bytes);
+	else if (f->over_budget)
+		snprintf(f->error, sizeof f->error, "HTTP %ld, memory budget spent (max_memory %zu "
+			 "bytes, all in use by fetches in flight)", f->http_status, pfs_mem_max());
 	else if (cc != CURLE_OK)
 		snprintf(f->error, sizeof f->error, "HTTP %ld, %s", f->http_status,
 			 f->curl_err[0] ? f->curl_err : curl_easy_strerror(cc));
@@ -237,6 +249,7 @@ void pfs_fetch_submit(struct pfs_fetch *f)
 
 void pfs_fetch_release(struct pfs_fetch *f)
 {
+	pfs_mem_give(f->cap);
 	free(f->body);
 	f->body = NULL;
 	f->len = f->cap = 0;

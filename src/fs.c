@@ -1,7 +1,18 @@
-/* FUSE operations (high-level API, path based, multithreaded). */
+/* FUSE operations (lowlevel API). Nodes are paths; what a path names is
+ * parse_path()'s business, what it holds the snapshot index's.
+ *
+ * No request holds a thread while a fetch runs: lookup never waits (a
+ * file whose fetch is in flight gets an entry the kernel must not cache),
+ * and getattr, open or opendir that would wait are parked and answered by
+ * the retry thread when a fetch of their service finishes, when they are
+ * interrupted (EINTR), or past their deadline (EIO). So a slow profile
+ * stalls neither its directory (the kernel serializes lookups per
+ * directory: libfuse 3.14 never grants FUSE_PARALLEL_DIROPS) nor other
+ * requests. */
 #include "fs.h"
 
 #include "cache.h"
+#include "log.h"
 #include "merged.h"
 #include "snap.h"
 #include "source.h"
@@ -9,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,15 +29,14 @@
 #include <unistd.h>
 
 #define LATEST "latest"
+#define DIR_TIMEOUT 1.0   /* entry and attr timeout of directories */
+#define FILE_TIMEOUT 1.0  /* of files whose snapshot exists */
 
 static struct pfs_config *g_cfg;
 static time_t g_mount_time;
+static __thread fuse_req_t tl_req; /* the request this FUSE thread serves */
 
-void pfs_fs_setup(struct pfs_config *cfg)
-{
-	g_cfg = cfg;
-	g_mount_time = time(NULL);
-}
+/* ---- paths ---- */
 
 /* What a path names. */
 enum node {
@@ -145,6 +156,145 @@ static int parse_path(const char *path, struct loc *l)
 	return 0;
 }
 
+static bool is_file(enum node n)
+{
+	return n == N_STATUS || n == N_LATEST_FILE || n == N_ROUND_FILE || n == N_RANGE_FILE;
+}
+
+/* ---- nodes: inode number <-> path, counted by the kernel's lookups ---- */
+
+struct inode {
+	fuse_ino_t ino;
+	uint64_t nlookup;
+	char *path;
+	struct inode *next_ino, *next_path;
+};
+
+static pthread_mutex_t g_nodes_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct inode **g_by_ino, **g_by_path;
+static size_t g_buckets, g_n_nodes;
+static fuse_ino_t g_next_ino = FUSE_ROOT_ID + 1;
+
+static uint64_t hash_str(const char *s)
+{
+	uint64_t h = 1469598103934665603ULL;
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+	return h;
+}
+
+static void nodes_grow(void)
+{
+	size_t n = g_buckets ? g_buckets * 2 : 1024;
+	struct inode **bi = calloc(n, sizeof *bi), **bp = calloc(n, sizeof *bp);
+
+	for (size_t i = 0; i < g_buckets; i++)
+		for (struct inode *nd = g_by_ino[i], *next; nd; nd = next) {
+			next = nd->next_ino;
+			nd->next_ino = bi[nd->ino % n];
+			bi[nd->ino % n] = nd;
+			nd->next_path = bp[hash_str(nd->path) % n];
+			bp[hash_str(nd->path) % n] = nd;
+		}
+	free(g_by_ino);
+	free(g_by_path);
+	g_by_ino = bi;
+	g_by_path = bp;
+	g_buckets = n;
+}
+
+/* g_nodes_lock held */
+static struct inode *node_by_ino(fuse_ino_t ino)
+{
+	for (struct inode *nd = g_buckets ? g_by_ino[ino % g_buckets] : NULL; nd; nd = nd->next_ino)
+		if (nd->ino == ino)
+			return nd;
+	return NULL;
+}
+
+/* The node of path, made if new; one more lookup counted. */
+static fuse_ino_t node_ref(const char *path)
+{
+	struct inode *nd;
+	fuse_ino_t ino;
+
+	pthread_mutex_lock(&g_nodes_lock);
+	if (g_n_nodes >= g_buckets * 2)
+		nodes_grow();
+	for (nd = g_by_path[hash_str(path) % g_buckets]; nd; nd = nd->next_path)
+		if (strcmp(nd->path, path) == 0)
+			break;
+	if (!nd) {
+		nd = calloc(1, sizeof *nd);
+		nd->ino = g_next_ino++;
+		nd->path = strdup(path);
+		nd->next_ino = g_by_ino[nd->ino % g_buckets];
+		g_by_ino[nd->ino % g_buckets] = nd;
+		nd->next_path = g_by_path[hash_str(path) % g_buckets];
+		g_by_path[hash_str(path) % g_buckets] = nd;
+		g_n_nodes++;
+	}
+	nd->nlookup++;
+	ino = nd->ino;
+	pthread_mutex_unlock(&g_nodes_lock);
+	return ino;
+}
+
+static void node_forget(fuse_ino_t ino, uint64_t n)
+{
+	struct inode **pp, *nd;
+
+	pthread_mutex_lock(&g_nodes_lock);
+	nd = node_by_ino(ino);
+	if (nd)
+		nd->nlookup = n < nd->nlookup ? nd->nlookup - n : 0;
+	if (!nd || nd->nlookup > 0) {
+		pthread_mutex_unlock(&g_nodes_lock);
+		return;
+	}
+	for (pp = &g_by_ino[ino % g_buckets]; *pp != nd; pp = &(*pp)->next_ino)
+		;
+	*pp = nd->next_ino;
+	for (pp = &g_by_path[hash_str(nd->path) % g_buckets]; *pp != nd; pp = &(*pp)->next_path)
+		;
+	*pp = nd->next_path;
+	g_n_nodes--;
+	pthread_mutex_unlock(&g_nodes_lock);
+	free(nd->path);
+	free(nd);
+}
+
+/* The path of ino (malloc'd), or NULL. */
+static char *node_path(fuse_ino_t ino)
+{
+	char *p = NULL;
+
+	if (ino == FUSE_ROOT_ID)
+		return strdup("/");
+	pthread_mutex_lock(&g_nodes_lock);
+	struct inode *nd = node_by_ino(ino);
+	if (nd)
+		p = strdup(nd->path);
+	pthread_mutex_unlock(&g_nodes_lock);
+	return p;
+}
+
+static void nodes_free(void)
+{
+	for (size_t i = 0; i < g_buckets; i++)
+		for (struct inode *nd = g_by_ino[i], *next; nd; nd = next) {
+			next = nd->next_ino;
+			free(nd->path);
+			free(nd);
+		}
+	free(g_by_ino);
+	free(g_by_path);
+	g_by_ino = g_by_path = NULL;
+	g_buckets = g_n_nodes = 0;
+}
+
+/* ---- attributes ---- */
+
 static void fill_dir(struct stat *st, time_t mtime)
 {
 	st->st_mode = S_IFDIR | 0555;
@@ -161,21 +311,20 @@ static void fill_file(struct stat *st, off_t size, time_t mtime)
 	st->st_mtime = st->st_ctime = st->st_atime = mtime;
 }
 
-static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
+/* Attributes of what l names, and how long the kernel may keep them.
+ * Without wait: -EAGAIN while a fetch it needs is in flight. */
+static int attr_of(struct loc *l, int flags, struct stat *st, double *timeout)
 {
 	char round[PFS_ROUND_NAME_MAX];
-	struct loc l;
 	off_t size = 0;
 	time_t t = g_mount_time;
-	int rc;
+	int rc = 0;
 
-	(void)fi;
 	memset(st, 0, sizeof *st);
 	st->st_uid = getuid();
 	st->st_gid = getgid();
-	if ((rc = parse_path(path, &l)))
-		return rc;
-	switch (l.node) {
+	*timeout = is_file(l->node) ? FILE_TIMEOUT : DIR_TIMEOUT;
+	switch (l->node) {
 	case N_ROOT:
 	case N_CLUSTER:
 	case N_SERVICE:
@@ -183,128 +332,148 @@ static int fs_getattr(const char *path, struct stat *st, struct fuse_file_info *
 	case N_RANGE:
 		break;
 	case N_LATEST:
-		if (!(t = pfs_snap_latest_time(l.service)))
+		if (!(t = pfs_snap_latest_time(l->service)))
 			t = g_mount_time;
+		*timeout = 0; /* moves to the next snapshot */
 		break;
 	case N_ROUND:
-		rc = pfs_snap_round_time(l.service, l.round, &t);
+		rc = pfs_snap_round_time(l->service, l->round, flags, &t);
 		break;
 	case N_STATUS: {
 		size_t len;
 		free(pfs_status_json(g_cfg, g_mount_time, &len));
 		size = (off_t)len;
 		t = time(NULL);
+		*timeout = 0;
 		break;
 	}
 	case N_LATEST_FILE:
-		rc = pfs_snap_latest(l.service, l.slot, round, &size, &t);
+		rc = pfs_snap_latest(l->service, l->slot, flags, round, &size, &t);
 		break;
 	case N_ROUND_FILE:
-		rc = pfs_snap_stat(l.service, l.round, l.file, &size, &t);
+		rc = pfs_snap_stat(l->service, l->round, l->file, flags, &size, &t);
 		break;
 	case N_RANGE_FILE:
-		rc = pfs_merged_stat(l.service, l.range, l.key, &size, &t);
+		rc = pfs_merged_stat(l->service, l->range, l->key, &size, &t);
+		*timeout = 0; /* rebuilt as snapshots arrive */
 		break;
 	}
 	if (rc)
 		return rc;
-	if (l.node == N_STATUS || l.node == N_LATEST_FILE || l.node == N_ROUND_FILE ||
-	    l.node == N_RANGE_FILE)
+	if (is_file(l->node))
 		fill_file(st, size, t);
 	else
 		fill_dir(st, t);
 	return 0;
 }
 
-struct dir_fill {
-	void *buf;
-	fuse_fill_dir_t filler;
+/* ---- directory listings, made whole at opendir ---- */
+
+struct listing {
+	char **names;
+	unsigned char *is_dir;
+	size_t n, cap;
 };
+
+static void list_add(struct listing *d, const char *name, bool dir)
+{
+	if (d->n == d->cap) {
+		d->cap = d->cap ? d->cap * 2 : 16;
+		d->names = realloc(d->names, d->cap * sizeof *d->names);
+		d->is_dir = realloc(d->is_dir, d->cap);
+	}
+	d->is_dir[d->n] = dir;
+	d->names[d->n++] = strdup(name);
+}
+
+static void list_free(struct listing *d)
+{
+	for (size_t i = 0; i < d->n; i++)
+		free(d->names[i]);
+	free(d->names);
+	free(d->is_dir);
+	free(d);
+}
 
 static void add_round(const char *round, time_t t, void *arg)
 {
-	struct dir_fill *d = arg;
 	(void)t;
-	d->filler(d->buf, round, NULL, 0, 0);
+	list_add(arg, round, true);
 }
 
 static void add_file(const char *file, void *arg)
 {
-	struct dir_fill *d = arg;
-	d->filler(d->buf, file, NULL, 0, 0);
+	list_add(arg, file, false);
 }
 
-static int fs_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off,
-		      struct fuse_file_info *fi, enum fuse_readdir_flags flags)
+/* Without wait: -EAGAIN (the listing is dropped) while fetches run. */
+static int list_dir(struct loc *l, int flags, struct listing *d)
 {
-	struct dir_fill d = {buf, filler};
 	char name[512];
-	struct loc l;
-	int rc;
+	int rc = 0;
 
-	(void)off;
-	(void)fi;
-	(void)flags;
-	if ((rc = parse_path(path, &l)))
-		return rc;
-	filler(buf, ".", NULL, 0, 0);
-	filler(buf, "..", NULL, 0, 0);
-	switch (l.node) {
+	list_add(d, ".", true);
+	list_add(d, "..", true);
+	switch (l->node) {
 	case N_ROOT:
 		for (size_t i = 0; i < g_cfg->n_clusters; i++)
-			filler(buf, g_cfg->clusters[i].name, NULL, 0, 0);
-		return 0;
+			list_add(d, g_cfg->clusters[i].name, true);
+		break;
 	case N_CLUSTER: {
 		struct pfs_service **svcs;
 		size_t n;
-		pfs_cluster_refresh(l.cluster, l.cluster->api.discover_every);
-		n = pfs_cluster_services(l.cluster, &svcs);
+		pfs_cluster_refresh(l->cluster, l->cluster->api.discover_every);
+		n = pfs_cluster_services(l->cluster, &svcs);
 		for (size_t i = 0; i < n; i++) {
 			/* Listing (or copying) a cluster snapshots all of its services
 			 * at once (one round per latest_ttl), so an rsync of the
 			 * mount waits for the slowest target, not for their sum. */
 			pfs_snap_latest_start(svcs[i]);
-			filler(buf, svcs[i]->name, NULL, 0, 0);
+			list_add(d, svcs[i]->name, true);
 		}
 		free(svcs);
-		return 0;
+		break;
 	}
 	case N_SERVICE:
 		/* Listing a service takes a snapshot (one per latest_ttl): its
 		 * <time> directory is listed now and filled as fetches finish,
 		 * so one rsync run copies the snapshot it caused. */
-		pfs_snap_latest_start(l.service);
-		filler(buf, LATEST, NULL, 0, 0);
+		pfs_snap_latest_start(l->service);
+		list_add(d, LATEST, true);
 		if (g_cfg->n_merged)
-			filler(buf, PFS_MERGED_DIR, NULL, 0, 0);
-		pfs_snap_list_rounds(l.service, add_round, &d);
-		return 0;
+			list_add(d, PFS_MERGED_DIR, true);
+		pfs_snap_list_rounds(l->service, add_round, d);
+		break;
 	case N_LATEST:
 		/* Listing latest scrapes all of it at once, so the stat calls
 		 * that follow (ls -l, rsync, cp -r) find every file ready. */
-		pfs_snap_latest_all(l.service, add_file, &d);
-		return 0;
+		rc = pfs_snap_latest_all(l->service, flags, add_file, d);
+		break;
 	case N_ROUND:
-		return pfs_snap_list_files(l.service, l.round, add_file, &d);
+		rc = pfs_snap_list_files(l->service, l->round, flags, add_file, d);
+		break;
 	case N_MERGED:
 		for (size_t i = 0; i < g_cfg->n_merged; i++)
-			filler(buf, g_cfg->merged[i].name, NULL, 0, 0);
-		return 0;
+			list_add(d, g_cfg->merged[i].name, true);
+		break;
 	case N_RANGE: {
 		const char **keys;
-		size_t n = pfs_merged_keys(l.service, &keys);
+		size_t n = pfs_merged_keys(l->service, &keys);
 		for (size_t i = 0; i < n; i++)
-			if (pfs_merged_has(l.service, l.range, keys[i])) {
+			if (pfs_merged_has(l->service, l->range, keys[i])) {
 				snprintf(name, sizeof name, "%s.pb.gz", keys[i]);
-				filler(buf, name, NULL, 0, 0);
+				list_add(d, name, false);
 			}
 		free(keys);
-		return 0;
+		break;
 	}
 	default:
-		return -ENOTDIR;
+		rc = -ENOTDIR;
 	}
+	return rc;
 }
+
+/* ---- open files ---- */
 
 /* fi->fh: an open cache file, or a document made at open. */
 struct handle {
@@ -313,43 +482,39 @@ struct handle {
 	size_t len;
 };
 
-static int fs_open(const char *path, struct fuse_file_info *fi)
+static int open_file(struct loc *l, int flags, struct fuse_file_info *fi, struct handle **out)
 {
 	char round[PFS_ROUND_NAME_MAX];
 	struct handle *h;
-	struct loc l;
 	off_t size;
 	time_t t;
-	int rc, fd = -1;
+	int rc = 0, fd = -1;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
 		return -EROFS;
-	if ((rc = parse_path(path, &l)))
-		return rc;
 	h = calloc(1, sizeof *h);
-	h->fd = -1;
-	switch (l.node) {
+	switch (l->node) {
 	case N_STATUS:
 		h->doc = pfs_status_json(g_cfg, g_mount_time, &h->len);
 		fi->direct_io = 1;
 		break;
 	case N_LATEST_FILE:
-		if ((rc = pfs_snap_latest(l.service, l.slot, round, &size, &t)))
+		if ((rc = pfs_snap_latest(l->service, l->slot, flags, round, &size, &t)))
 			break;
 		/* latest moves on to a new snapshot: no page cache across opens,
 		 * reads not bounded by a size the kernel cached before. */
 		fi->direct_io = 1;
-		fd = pfs_cache_open(l.cluster->name, l.service->name, round, l.file);
+		fd = pfs_snap_open(l->service, round, l->file);
 		break;
 	case N_ROUND_FILE:
-		if ((rc = pfs_snap_stat(l.service, l.round, l.file, &size, &t)))
+		if ((rc = pfs_snap_stat(l->service, l->round, l->file, flags, &size, &t)))
 			break;
 		fi->keep_cache = 1; /* frozen snapshot: cached pages stay valid */
-		fd = pfs_cache_open(l.cluster->name, l.service->name, l.round, l.file);
+		fd = pfs_snap_open(l->service, l->round, l->file);
 		break;
 	case N_RANGE_FILE:
 		fi->direct_io = 1; /* rebuilt when new snapshots arrive */
-		fd = pfs_merged_open(l.service, l.range, l.key);
+		fd = pfs_merged_open(l->service, l->range, l->key);
 		if (fd < 0)
 			rc = fd;
 		break;
@@ -363,66 +528,459 @@ static int fs_open(const char *path, struct fuse_file_info *fi)
 		return rc;
 	}
 	h->fd = fd;
-	fi->fh = (uint64_t)(uintptr_t)h;
+	*out = h;
 	return 0;
 }
 
-static int fs_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi)
-{
-	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
-	ssize_t n;
+/* ---- requests that may wait: run now, or parked and run again ---- */
 
-	(void)path;
-	if (h->doc) {
-		if ((size_t)off >= h->len)
-			return 0;
-		n = (ssize_t)(h->len - (size_t)off < size ? h->len - (size_t)off : size);
-		memcpy(buf, h->doc + off, (size_t)n);
-		return (int)n;
-	}
-	do
-		n = pread(h->fd, buf, size, off);
-	while (n < 0 && errno == EINTR);
-	return n < 0 ? -errno : (int)n;
+enum op { OP_GETATTR, OP_OPEN, OP_OPENDIR };
+
+struct task {
+	fuse_req_t req;
+	enum op op;
+	fuse_ino_t ino;
+	char *path;
+	struct fuse_file_info fi;
+	struct timespec deadline;
+	int flags;        /* 0 on the first run, PFS_SNAP_NO_RETRY once parked */
+	bool interrupted; /* g_park_lock */
+	struct task *next;
+};
+
+static pthread_mutex_t g_park_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_park_cond;
+static struct task *g_parked;
+static bool g_dirty, g_stop;
+static pthread_t g_retry_thread;
+static size_t g_n_parked;
+
+/* Before a parked request is answered: no interrupt callback runs after
+ * this returns (libfuse holds the request's lock while calling it). */
+static void unpark(struct task *t)
+{
+	fuse_req_interrupt_func(t->req, NULL, NULL);
 }
 
-static int fs_release(const char *path, struct fuse_file_info *fi)
+static void reply_err(struct task *t, int err)
+{
+	unpark(t);
+	fuse_reply_err(t->req, err);
+}
+
+/* Answer t, unless it would wait (and may: returns -EAGAIN). */
+static int run_task(struct task *t, bool may_wait)
+{
+	struct loc l;
+	struct stat st;
+	double timeout;
+	int rc;
+
+	if ((rc = parse_path(t->path, &l))) {
+		reply_err(t, -rc);
+		return 0;
+	}
+	switch (t->op) {
+	case OP_GETATTR:
+		rc = attr_of(&l, t->flags, &st, &timeout);
+		if (rc == -EAGAIN && may_wait)
+			return rc;
+		if (rc) {
+			reply_err(t, rc == -EAGAIN ? EIO : -rc);
+			return 0;
+		}
+		st.st_ino = t->ino;
+		unpark(t);
+		fuse_reply_attr(t->req, &st, timeout);
+		return 0;
+	case OP_OPEN: {
+		struct handle *h;
+		rc = open_file(&l, t->flags, &t->fi, &h);
+		if (rc == -EAGAIN && may_wait)
+			return rc;
+		if (rc) {
+			reply_err(t, rc == -EAGAIN ? EIO : -rc);
+			return 0;
+		}
+		t->fi.fh = (uint64_t)(uintptr_t)h;
+		unpark(t);
+		if (fuse_reply_open(t->req, &t->fi) == -ENOENT) { /* the caller went away */
+			if (h->fd >= 0)
+				close(h->fd);
+			free(h->doc);
+			free(h);
+		}
+		return 0;
+	}
+	case OP_OPENDIR: {
+		struct listing *d = calloc(1, sizeof *d);
+		rc = is_file(l.node) ? -ENOTDIR : list_dir(&l, t->flags, d);
+		if (rc) {
+			list_free(d);
+			if (rc == -EAGAIN && may_wait)
+				return rc;
+			reply_err(t, rc == -EAGAIN ? EIO : -rc);
+			return 0;
+		}
+		t->fi.fh = (uint64_t)(uintptr_t)d;
+		unpark(t);
+		if (fuse_reply_open(t->req, &t->fi) == -ENOENT)
+			list_free(d);
+		return 0;
+	}
+	}
+	return 0;
+}
+
+static void on_interrupt(fuse_req_t req, void *data)
+{
+	struct task *t = data;
+
+	(void)req;
+	pthread_mutex_lock(&g_park_lock);
+	t->interrupted = true;
+	g_dirty = true;
+	pthread_cond_signal(&g_park_cond);
+	pthread_mutex_unlock(&g_park_lock);
+}
+
+static void task_free(struct task *t)
+{
+	free(t->path);
+	free(t);
+}
+
+/* Run a request that may have to wait; if it does, park it. */
+static void submit(fuse_req_t req, enum op op, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct task *t = calloc(1, sizeof *t);
+	struct loc l;
+	double wait = 15;
+
+	t->req = req;
+	t->op = op;
+	t->ino = ino;
+	if (fi)
+		t->fi = *fi;
+	if (!(t->path = node_path(ino))) {
+		fuse_reply_err(req, ESTALE);
+		task_free(t);
+		return;
+	}
+	if (run_task(t, true) != -EAGAIN) {
+		task_free(t);
+		return;
+	}
+	if (parse_path(t->path, &l) == 0 && l.service)
+		wait = pfs_snap_max_wait(l.service);
+	t->flags = PFS_SNAP_NO_RETRY;
+	clock_gettime(CLOCK_MONOTONIC, &t->deadline);
+	t->deadline.tv_sec += (time_t)wait + 1;
+	/* may call on_interrupt at once: g_park_lock not held here */
+	fuse_req_interrupt_func(req, on_interrupt, t);
+	pthread_mutex_lock(&g_park_lock);
+	t->next = g_parked;
+	g_parked = t;
+	g_n_parked++;
+	g_dirty = true; /* a fetch may have finished since run_task looked */
+	pthread_cond_signal(&g_park_cond);
+	pthread_mutex_unlock(&g_park_lock);
+}
+
+static void on_change(struct pfs_service *s)
+{
+	(void)s;
+	pthread_mutex_lock(&g_park_lock);
+	g_dirty = true;
+	pthread_cond_signal(&g_park_cond);
+	pthread_mutex_unlock(&g_park_lock);
+}
+
+static bool past(const struct timespec *dl)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec > dl->tv_sec || (now.tv_sec == dl->tv_sec && now.tv_nsec >= dl->tv_nsec);
+}
+
+static void *retry_main(void *unused)
+{
+	(void)unused;
+	pthread_mutex_lock(&g_park_lock);
+	while (!g_stop) {
+		struct timespec dl;
+		clock_gettime(CLOCK_MONOTONIC, &dl);
+		dl.tv_nsec += 200 * 1000000L; /* deadlines are looked at 5 times a second */
+		if (dl.tv_nsec >= 1000000000L) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000L;
+		}
+		if (!g_dirty)
+			pthread_cond_timedwait(&g_park_cond, &g_park_lock, &dl);
+		g_dirty = false;
+		struct task *list = g_parked, *keep = NULL;
+		g_parked = NULL;
+		pthread_mutex_unlock(&g_park_lock);
+		while (list) {
+			struct task *t = list;
+			list = t->next;
+			pthread_mutex_lock(&g_park_lock);
+			bool intr = t->interrupted;
+			pthread_mutex_unlock(&g_park_lock);
+			if (intr)
+				reply_err(t, EINTR);
+			else if (run_task(t, !past(&t->deadline)) == -EAGAIN) {
+				t->next = keep;
+				keep = t;
+				continue;
+			}
+			task_free(t);
+			pthread_mutex_lock(&g_park_lock);
+			g_n_parked--;
+			pthread_mutex_unlock(&g_park_lock);
+		}
+		pthread_mutex_lock(&g_park_lock);
+		while (keep) {
+			struct task *t = keep;
+			keep = t->next;
+			t->next = g_parked;
+			g_parked = t;
+		}
+	}
+	/* unmounting: whatever still waits fails */
+	while (g_parked) {
+		struct task *t = g_parked;
+		g_parked = t->next;
+		pthread_mutex_unlock(&g_park_lock);
+		reply_err(t, EIO);
+		task_free(t);
+		pthread_mutex_lock(&g_park_lock);
+	}
+	pthread_mutex_unlock(&g_park_lock);
+	return NULL;
+}
+
+/* A blocking wait (merged/, discovery) gives up when its request is
+ * interrupted. */
+static bool interrupted(void)
+{
+	return tl_req && fuse_req_interrupted(tl_req);
+}
+
+/* ---- operations ---- */
+
+static void fs_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	(void)conn;
+}
+
+static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	char *dir = node_path(parent), path[1024];
+	struct fuse_entry_param e;
+	struct loc l;
+	int rc;
+
+	if (!dir) {
+		fuse_reply_err(req, ESTALE);
+		return;
+	}
+	rc = snprintf(path, sizeof path, "%s/%s", strcmp(dir, "/") ? dir : "", name);
+	free(dir);
+	tl_req = req;
+	memset(&e, 0, sizeof e);
+	if (rc >= (int)sizeof path || strlen(name) > 255) {
+		fuse_reply_err(req, ENAMETOOLONG);
+		goto out;
+	}
+	if ((rc = parse_path(path, &l))) {
+		fuse_reply_err(req, -rc);
+		goto out;
+	}
+	if (l.node == N_RANGE_FILE) {
+		/* built at getattr/open, not under the directory's lock */
+		memset(&e.attr, 0, sizeof e.attr);
+		fill_file(&e.attr, 0, g_mount_time);
+		rc = 0;
+	} else {
+		rc = attr_of(&l, 0, &e.attr, &e.attr_timeout);
+		e.entry_timeout = e.attr_timeout;
+	}
+	if (rc == -EAGAIN) {
+		/* in flight: an entry the kernel asks about again (getattr waits) */
+		memset(&e.attr, 0, sizeof e.attr);
+		e.attr_timeout = e.entry_timeout = 0;
+		e.attr.st_uid = getuid();
+		e.attr.st_gid = getgid();
+		if (is_file(l.node))
+			fill_file(&e.attr, 0, g_mount_time);
+		else
+			fill_dir(&e.attr, g_mount_time);
+		rc = 0;
+	}
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		goto out;
+	}
+	e.ino = node_ref(path);
+	e.attr.st_ino = e.ino;
+	if (fuse_reply_entry(req, &e) == -ENOENT)
+		node_forget(e.ino, 1);
+out:
+	tl_req = NULL;
+}
+
+static void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	node_forget(ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	for (size_t i = 0; i < count; i++)
+		node_forget(forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)fi;
+	tl_req = req;
+	submit(req, OP_GETATTR, ino, NULL);
+	tl_req = NULL;
+}
+
+static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	tl_req = req;
+	submit(req, OP_OPEN, ino, fi);
+	tl_req = NULL;
+}
+
+static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
 {
 	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
 
-	(void)path;
+	(void)ino;
+	if (h->doc) {
+		/* from a copy: once the reply is out, the reader may close (and
+		 * release free the document) while writev is still returning */
+		size_t n = (size_t)off >= h->len ? 0 : h->len - (size_t)off;
+		char *copy = malloc(n ? (n < size ? n : size) : 1);
+		if (n)
+			memcpy(copy, h->doc + off, n < size ? n : size);
+		fuse_reply_buf(req, copy, n < size ? n : size);
+		free(copy);
+		return;
+	}
+	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	buf.buf[0].fd = h->fd;
+	buf.buf[0].pos = off;
+	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+
+	(void)ino;
 	if (h->fd >= 0)
 		close(h->fd);
 	free(h->doc);
 	free(h);
-	return 0;
+	fuse_reply_err(req, 0);
 }
 
-static int fs_statfs(const char *path, struct statvfs *sv)
+static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)path;
-	memset(sv, 0, sizeof *sv);
-	sv->f_bsize = sv->f_frsize = 4096;
-	sv->f_namemax = 255;
-	sv->f_flag = ST_RDONLY;
-	return 0;
+	tl_req = req;
+	submit(req, OP_OPENDIR, ino, fi);
+	tl_req = NULL;
 }
 
-static void *fs_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
+static void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
 {
-	(void)conn;
-	cfg->entry_timeout = 1;
-	cfg->attr_timeout = 1;
-	cfg->negative_timeout = 0;
-	return NULL;
+	struct listing *d = (struct listing *)(uintptr_t)fi->fh;
+	char *buf = malloc(size ? size : 1);
+	size_t used = 0;
+
+	(void)ino;
+	for (size_t i = (size_t)off; off >= 0 && i < d->n; i++) {
+		struct stat st = {.st_ino = hash_str(d->names[i]) | 1,
+				  .st_mode = d->is_dir[i] ? S_IFDIR : S_IFREG};
+		size_t n = fuse_add_direntry(req, buf + used, size - used, d->names[i], &st,
+					     (off_t)i + 1);
+		if (n > size - used)
+			break;
+		used += n;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
 }
 
-const struct fuse_operations pfs_fs_ops = {
+static void fs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	list_free((struct listing *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs sv;
+
+	(void)ino;
+	memset(&sv, 0, sizeof sv);
+	sv.f_bsize = sv.f_frsize = 4096;
+	sv.f_namemax = 255;
+	sv.f_flag = ST_RDONLY;
+	fuse_reply_statfs(req, &sv);
+}
+
+const struct fuse_lowlevel_ops pfs_fs_ops = {
 	.init = fs_init,
+	.lookup = fs_lookup,
+	.forget = fs_forget,
+	.forget_multi = fs_forget_multi,
 	.getattr = fs_getattr,
-	.readdir = fs_readdir,
 	.open = fs_open,
 	.read = fs_read,
 	.release = fs_release,
+	.opendir = fs_opendir,
+	.readdir = fs_readdir,
+	.releasedir = fs_releasedir,
 	.statfs = fs_statfs,
 };
+
+int pfs_fs_setup(struct pfs_config *cfg)
+{
+	pthread_condattr_t ca;
+
+	g_cfg = cfg;
+	g_mount_time = time(NULL);
+	pthread_mutex_lock(&g_nodes_lock);
+	nodes_grow();
+	pthread_mutex_unlock(&g_nodes_lock);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&g_park_cond, &ca);
+	pfs_snap_set_hooks(on_change, interrupted);
+	return pthread_create(&g_retry_thread, NULL, retry_main, NULL) ? -1 : 0;
+}
+
+void pfs_fs_teardown(void)
+{
+	pthread_mutex_lock(&g_park_lock);
+	g_stop = true;
+	pthread_cond_signal(&g_park_cond);
+	pthread_mutex_unlock(&g_park_lock);
+	pthread_join(g_retry_thread, NULL);
+	pfs_snap_set_hooks(NULL, NULL);
+	nodes_free();
+}

@@ -5,8 +5,11 @@
 #include "log.h"
 #include "snap.h"
 
+#include "cache.h"
+#include "mem.h"
+#include "work.h"
+
 #include <curl/curl.h>
-#include <fuse.h>
 #include <fuse_lowlevel.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -88,103 +91,131 @@ static void version(void)
 	       curl_version(), zlibVersion());
 }
 
-int main(int argc, char *argv[])
+/* The session from mount to unmount; 0 on a clean stop (fusermount -u,
+ * SIGTERM, SIGINT, SIGHUP). */
+static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_args *args,
+		 struct fuse_cmdline_opts *opts)
 {
-	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
-	struct fuse_cmdline_opts opts;
-	struct pfs_config cfg;
-	struct cli cli = {0};
 	struct fuse_loop_config *loop;
-	struct fuse *fuse;
-	char err[1024], fsname[4200];
-	int rc;
-
-	if (fuse_opt_parse(&args, &cli, cli_spec, cli_proc))
-		return EXIT_USAGE;
-	if (cli.help) {
-		usage(stdout);
-		printf("\nFUSE options:\n");
-		fuse_cmdline_help();
-		fuse_lib_help(&args);
-		return 0;
-	}
-	if (cli.version) {
-		version();
-		return 0;
-	}
-	if (cli.n_positional == 2 && !cli.config) {
-		cli.config = cli.positional[0];
-		cli.positional[0] = cli.positional[1];
-	} else if (cli.n_positional != 1) {
-		fprintf(stderr, "profilefs: error: %s\n",
-			cli.n_positional == 0 ? "no mountpoint given (see --help)"
-					      : "too many arguments (see --help)");
-		return EXIT_USAGE;
-	}
-	if (!cli.config) {
-		fprintf(stderr, "profilefs: error: no config given: use -c CONFIG (see --help)\n");
-		return EXIT_USAGE;
-	}
-	fuse_opt_add_arg(&args, cli.positional[0]);
-	if (fuse_parse_cmdline(&args, &opts) != 0)
-		return EXIT_USAGE;
-	pfs_log_init(opts.debug);
-
-	if (pfs_config_load(cli.config, &cfg, err, sizeof err)) {
-		pfs_err("%s", err);
-		return EXIT_USAGE;
-	}
-	if (pfs_snap_init(&cfg, err, sizeof err)) {
-		pfs_err("%s", err);
-		return 1;
-	}
-	pfs_fs_setup(&cfg);
+	struct fuse_session *se;
+	char fsname[4200];
+	int rc = 1;
 
 	/* Always read-only, whatever -o rw the mount helper passes. */
 	snprintf(fsname, sizeof fsname, "-ofsname=%s,subtype=profilefs,ro,default_permissions",
-		 cli.config);
-	fuse_opt_add_arg(&args, fsname);
-	fuse = fuse_new(&args, &pfs_fs_ops, sizeof pfs_fs_ops, NULL);
-	if (!fuse)
-		return 1;
-	if (fuse_mount(fuse, opts.mountpoint)) {
-		fuse_destroy(fuse);
-		return 1;
-	}
-	if (fuse_daemonize(opts.foreground)) {
-		fuse_unmount(fuse);
-		fuse_destroy(fuse);
-		return 1;
-	}
-	if (!opts.foreground)
+		 config_path);
+	fuse_opt_add_arg(args, fsname);
+	se = fuse_session_new(args, &pfs_fs_ops, sizeof pfs_fs_ops, NULL);
+	if (!se)
+		return EXIT_USAGE; /* an unknown -o option: libfuse said which */
+	if (fuse_session_mount(se, opts->mountpoint))
+		goto out_destroy;
+	if (fuse_daemonize(opts->foreground))
+		goto out_unmount;
+	if (!opts->foreground)
 		pfs_log_use_syslog();
-	if (fuse_set_signal_handlers(fuse_get_session(fuse)) || pfs_fetcher_start()) {
-		pfs_err("cannot start (signal handlers or fetcher)");
-		fuse_unmount(fuse);
-		fuse_destroy(fuse);
-		return 1;
+	pfs_cache_note_pid();
+	pfs_mem_init(cfg->max_memory);
+	if (fuse_set_signal_handlers(se) || pfs_work_start((int)cfg->decode_threads) ||
+	    pfs_fetcher_start() || pfs_fs_setup(cfg) || pfs_snap_sweeper_start()) {
+		pfs_err("cannot start (signal handlers or threads)");
+		goto out_unmount; /* threads started are ended with the process */
 	}
-	pfs_info("mounted %s on %s (cache %s)", cli.config, opts.mountpoint, cfg.cache_dir);
+	pfs_info("mounted %s on %s (cache %s)", config_path, opts->mountpoint, cfg->cache_dir);
 
-	if (opts.singlethread) {
-		rc = fuse_loop(fuse);
+	if (opts->singlethread) {
+		rc = fuse_session_loop(se);
 	} else {
 		loop = fuse_loop_cfg_create();
-		fuse_loop_cfg_set_clone_fd(loop, opts.clone_fd);
-		if (opts.max_idle_threads != (unsigned)-1)
-			fuse_loop_cfg_set_idle_threads(loop, opts.max_idle_threads);
-		/* Each request waiting on a slow target holds a thread. */
-		fuse_loop_cfg_set_max_threads(loop, opts.max_threads >= 64 && opts.max_threads <= 100000
-							    ? opts.max_threads : 64);
-		rc = fuse_loop_mt(fuse, loop);
+		fuse_loop_cfg_set_clone_fd(loop, opts->clone_fd);
+		if (opts->max_idle_threads != (unsigned)-1)
+			fuse_loop_cfg_set_idle_threads(loop, opts->max_idle_threads);
+		/* Requests never wait for fetches on these threads (they are parked),
+		 * so a few suffice whatever the number of targets. */
+		fuse_loop_cfg_set_max_threads(loop, opts->max_threads);
+		rc = fuse_session_loop_mt(se, loop);
 		fuse_loop_cfg_destroy(loop);
 	}
-	fuse_remove_signal_handlers(fuse_get_session(fuse));
-	fuse_unmount(fuse);
-	pfs_fetcher_stop();
-	fuse_destroy(fuse);
+	/* a positive rc is the signal that ended the loop: a clean stop */
+	pfs_info("unmounting %s%s", opts->mountpoint, rc > 0 ? " (signal)" : "");
+	rc = rc < 0 ? 1 : 0;
+	fuse_remove_signal_handlers(se);
+	fuse_session_unmount(se);
+	pfs_snap_sweeper_stop();
+	pfs_fetcher_stop(); /* fails what is in flight: their jobs go to the pool */
+	pfs_work_stop();    /* which finishes them */
+	pfs_fs_teardown();
+	goto out_destroy;
+out_unmount:
+	fuse_session_unmount(se);
+out_destroy:
+	fuse_session_destroy(se);
+	return rc;
+}
+
+static int run(struct cli *cli, struct fuse_args *args)
+{
+	struct fuse_cmdline_opts opts = {0};
+	struct pfs_config cfg;
+	char err[1024];
+	int rc;
+
+	if (cli->help) {
+		usage(stdout);
+		printf("\nFUSE options:\n");
+		fuse_cmdline_help();
+		fuse_lowlevel_help();
+		return 0;
+	}
+	if (cli->version) {
+		version();
+		return 0;
+	}
+	if (cli->n_positional == 2 && !cli->config) {
+		cli->config = cli->positional[0];
+		cli->positional[0] = cli->positional[1];
+		cli->positional[1] = NULL;
+	} else if (cli->n_positional != 1) {
+		fprintf(stderr, "profilefs: error: %s\n",
+			cli->n_positional == 0 ? "no mountpoint given (see --help)"
+					       : "too many arguments (see --help)");
+		return EXIT_USAGE;
+	}
+	if (!cli->config) {
+		fprintf(stderr, "profilefs: error: no config given: use -c CONFIG (see --help)\n");
+		return EXIT_USAGE;
+	}
+	fuse_opt_add_arg(args, cli->positional[0]);
+	if (fuse_parse_cmdline(args, &opts) != 0)
+		return EXIT_USAGE;
+	pfs_log_init(opts.debug);
+	if (pfs_config_load(cli->config, &cfg, err, sizeof err)) {
+		pfs_err("%s", err);
+		rc = EXIT_USAGE;
+	} else if (pfs_snap_init(&cfg, err, sizeof err)) {
+		pfs_err("%s", err);
+		rc = 1;
+	} else {
+		rc = serve(&cfg, cli->config, args, &opts);
+	}
+	pfs_snap_free(&cfg);
+	pfs_cache_close();
 	pfs_config_free(&cfg);
-	fuse_opt_free_args(&args);
 	free(opts.mountpoint);
-	return rc ? 1 : 0;
+	return rc;
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct cli cli = {0};
+	int rc = EXIT_USAGE;
+
+	if (fuse_opt_parse(&args, &cli, cli_spec, cli_proc) == 0)
+		rc = run(&cli, &args);
+	fuse_opt_free_args(&args);
+	free(cli.config);
+	for (int i = 0; i < 3; i++)
+		free(cli.positional[i]);
+	return rc;
 }

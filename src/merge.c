@@ -11,6 +11,13 @@
 
 typedef Perftools__Profiles__Profile Profile;
 
+/* a + b as Go's int64 does it (pprof's merge sums in Go): wrapping, not
+ * C's undefined signed overflow. */
+static int64_t wrap_add(int64_t a, int64_t b)
+{
+	return (int64_t)((uint64_t)a + (uint64_t)b);
+}
+
 /* ---- a byte-string -> id hash table ---- */
 
 struct hent {
@@ -301,13 +308,14 @@ void pfs_pb_sample(struct pfs_pb *b, const uint64_t *locs, size_t n_locs, const 
 	if (e->key) {
 		Perftools__Profiles__Sample *s = b->p->sample[e->val];
 		for (size_t i = 0; i < nv; i++)
-			s->value[i] += values[i];
+			s->value[i] = wrap_add(s->value[i], values[i]);
 		return;
 	}
 	Perftools__Profiles__Sample *s = malloc(sizeof *s);
 	perftools__profiles__sample__init(s);
 	s->location_id = malloc((n_locs ? n_locs : 1) * sizeof *locs);
-	memcpy(s->location_id, locs, n_locs * sizeof *locs);
+	if (n_locs)
+		memcpy(s->location_id, locs, n_locs * sizeof *locs);
 	s->n_location_id = n_locs;
 	s->value = malloc((nv ? nv : 1) * sizeof *values);
 	memcpy(s->value, values, nv * sizeof *values);
@@ -382,15 +390,53 @@ static int compatible(const Profile *a, const Profile *b, size_t ib, char *err, 
 	return 0;
 }
 
-/* Where an id of src sits in its array: ids are usually 1..n in order. */
-static size_t index_of(const uint64_t *ids, size_t n, uint64_t id)
+/* Where an id of src sits in its array: ids are usually 1..n in order;
+ * otherwise a sorted copy is searched (no scan per lookup). */
+struct idx {
+	const uint64_t *ids;
+	size_t n;
+	uint64_t (*sorted)[2]; /* id, position + 1; NULL when ids are 1..n */
+};
+
+static int cmp_pair(const void *a, const void *b)
 {
-	if (id >= 1 && id <= n && ids[id - 1] == id)
-		return id;
-	for (size_t i = 0; i < n; i++)
-		if (ids[i] == id)
-			return i + 1;
-	return 0;
+	uint64_t x = (*(const uint64_t(*)[2])a)[0], y = (*(const uint64_t(*)[2])b)[0];
+	return x < y ? -1 : x > y;
+}
+
+static void idx_init(struct idx *x, const uint64_t *ids, size_t n)
+{
+	bool dense = true;
+
+	x->ids = ids;
+	x->n = n;
+	x->sorted = NULL;
+	for (size_t i = 0; i < n && dense; i++)
+		dense = ids[i] == i + 1;
+	if (dense || n == 0)
+		return;
+	x->sorted = malloc(n * sizeof *x->sorted);
+	for (size_t i = 0; i < n; i++) {
+		x->sorted[i][0] = ids[i];
+		x->sorted[i][1] = i + 1;
+	}
+	qsort(x->sorted, n, sizeof *x->sorted, cmp_pair);
+}
+
+/* Position + 1 of id, or 0. */
+static size_t index_of(const struct idx *x, uint64_t id)
+{
+	if (!x->sorted)
+		return id >= 1 && id <= x->n ? id : 0;
+	size_t lo = 0, hi = x->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (x->sorted[mid][0] < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < x->n && x->sorted[lo][0] == id ? (size_t)x->sorted[lo][1] : 0;
 }
 
 /* One source profile being copied into a builder. Like pprof's merge,
@@ -400,6 +446,7 @@ struct src_map {
 	const Profile *src;
 	struct pfs_pb *b;
 	uint64_t *fid, *fnew, *mid, *mnew, *lid, *lnew; /* src ids; new ids (0: not yet) */
+	struct idx fx, mx, lx;
 	struct pfs_pb_line *lines;
 	size_t cap_lines;
 	char *err;
@@ -440,7 +487,7 @@ static uint64_t map_location(struct src_map *m, size_t i)
 	if (m->lnew[i])
 		return m->lnew[i];
 	if (l->mapping_id) {
-		size_t mi = index_of(m->mid, m->src->n_mapping, l->mapping_id);
+		size_t mi = index_of(&m->mx, l->mapping_id);
 		if (!mi) {
 			snprintf(m->err, m->errlen, "location %llu names missing mapping %llu",
 				 (unsigned long long)l->id, (unsigned long long)l->mapping_id);
@@ -454,7 +501,7 @@ static uint64_t map_location(struct src_map *m, size_t i)
 	}
 	for (size_t j = 0; j < l->n_line; j++) {
 		uint64_t want = l->line[j]->function_id;
-		size_t fi = want ? index_of(m->fid, m->src->n_function, want) : 0;
+		size_t fi = want ? index_of(&m->fx, want) : 0;
 		if (want && !fi) {
 			snprintf(m->err, m->errlen, "location %llu names missing function %llu",
 				 (unsigned long long)l->id, (unsigned long long)want);
@@ -488,6 +535,9 @@ static int add_profile(struct pfs_pb *b, const Profile *src, char *err, size_t e
 		m.mid[i] = src->mapping[i]->id;
 	for (size_t i = 0; i < nl; i++)
 		m.lid[i] = src->location[i]->id;
+	idx_init(&m.fx, m.fid, nf);
+	idx_init(&m.mx, m.mid, nm);
+	idx_init(&m.lx, m.lid, nl);
 	if (nm)
 		map_mapping(&m, 0); /* the main binary stays first */
 	for (size_t i = 0; i < src->n_sample; i++) {
@@ -504,7 +554,7 @@ static int add_profile(struct pfs_pb *b, const Profile *src, char *err, size_t e
 			locs = realloc(locs, cap_locs * sizeof *locs);
 		}
 		for (size_t j = 0; j < s->n_location_id; j++) {
-			size_t li = index_of(m.lid, nl, s->location_id[j]);
+			size_t li = index_of(&m.lx, s->location_id[j]);
 			if (!li) {
 				snprintf(err, errlen, "sample %zu names missing location %llu", i,
 					 (unsigned long long)s->location_id[j]);
@@ -527,6 +577,7 @@ static int add_profile(struct pfs_pb *b, const Profile *src, char *err, size_t e
 	rc = 0;
 out:
 	free(m.fid), free(m.fnew), free(m.mid), free(m.mnew), free(m.lid), free(m.lnew);
+	free(m.fx.sorted), free(m.mx.sorted), free(m.lx.sorted);
 	free(m.lines), free(locs), free(labels);
 	return rc;
 }
@@ -568,7 +619,7 @@ int pfs_pprof_merge(const uint8_t *const *in, const size_t *inlen, size_t n, siz
 		for (size_t i = 0; i < n; i++) {
 			if (ps[i]->time_nanos && (!t || ps[i]->time_nanos < t))
 				t = ps[i]->time_nanos;
-			d += ps[i]->duration_nanos;
+			d = wrap_add(d, ps[i]->duration_nanos);
 			if (ps[i]->period > period)
 				period = ps[i]->period;
 		}
@@ -592,8 +643,7 @@ int pfs_pprof_merge(const uint8_t *const *in, const size_t *inlen, size_t n, siz
 out:
 	pfs_pb_free(b);
 	for (size_t i = 0; i < n; i++)
-		if (ps[i])
-			perftools__profiles__profile__free_unpacked(ps[i], NULL);
+		pfs_pprof_free(ps[i]);
 	free(ps);
 	return rc;
 }

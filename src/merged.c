@@ -205,3 +205,14 @@ int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char
 	 * whose size getattr reported unless a rebuild raced in between. */
 	return pfs_cache_open(s->cluster->name, s->name, dir, file);
 }
+
+void pfs_merged_free(void)
+{
+	pthread_mutex_lock(&g_lock);
+	while (g_memos) {
+		struct memo *m = g_memos;
+		g_memos = m->next;
+		free(m);
+	}
+	pthread_mutex_unlock(&g_lock);
+}

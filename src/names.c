@@ -1,6 +1,8 @@
 /* Path component rules shared by config names and upstream names. */
 #include "names.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define PFS_NAME_MAX 200
@@ -35,4 +37,22 @@ void pfs_name_sanitize(const char *s, char *out, size_t outlen)
 	if (out[0] == '.')
 		out[0] = '_';
 	out[j] = '\0';
+}
+
+void pfs_name_stable(const char *s, char *out, size_t outlen)
+{
+	uint64_t h = 1469598103934665603ULL;
+	char base[PFS_NAME_MAX + 1];
+	size_t room;
+
+	if (pfs_name_is_safe(s) && strlen(s) < outlen) {
+		snprintf(out, outlen, "%s", s);
+		return;
+	}
+	for (const char *c = s; *c; c++)
+		h = (h ^ (uint8_t)*c) * 1099511628211ULL;
+	/* "~" + 10 hex digits + NUL after the base */
+	room = outlen > 12 ? outlen - 12 : 1;
+	pfs_name_sanitize(s, base, room < sizeof base - 20 ? room : sizeof base - 20);
+	snprintf(out, outlen, "%s~%010llx", base, (unsigned long long)((h ^ (h >> 40)) & 0xffffffffffULL));
 }

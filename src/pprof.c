@@ -1,6 +1,7 @@
 /* pprof codec: gunzip and structural validation of profile.proto. */
 #include "pprof.h"
 
+#include "mem.h"
 #include "profile.pb-c.h"
 
 #include <stdio.h>
@@ -12,8 +13,8 @@ int pfs_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out, siz
 	       char *err, size_t errlen)
 {
 	z_stream z = {0};
-	size_t cap = len * 4 + 4096, n = 0;
-	uint8_t *buf;
+	size_t cap = len * 4 + 4096, n = 0, held = 0;
+	uint8_t *buf = NULL;
 	int zr;
 
 	*out = NULL;
@@ -25,7 +26,14 @@ int pfs_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out, siz
 		snprintf(err, errlen, "zlib init failed");
 		return -1;
 	}
-	buf = malloc(cap);
+	if (cap > max_out)
+		cap = max_out;
+	if (!pfs_mem_take(cap) || !(buf = malloc(cap))) {
+		snprintf(err, errlen, "memory budget spent (max_memory %zu bytes)", pfs_mem_max());
+		inflateEnd(&z);
+		return -1;
+	}
+	held = cap;
 	z.next_in = (Bytef *)in;
 	z.avail_in = (uInt)len;
 	do {
@@ -34,8 +42,20 @@ int pfs_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out, siz
 				snprintf(err, errlen, "profile larger than %zu bytes uncompressed", max_out);
 				goto fail;
 			}
-			cap = cap * 2 > max_out ? max_out : cap * 2;
-			buf = realloc(buf, cap);
+			size_t want = cap * 2 > max_out ? max_out : cap * 2;
+			if (!pfs_mem_take(want - held)) {
+				snprintf(err, errlen, "memory budget spent inflating (max_memory %zu bytes)",
+					 pfs_mem_max());
+				goto fail;
+			}
+			uint8_t *b = realloc(buf, want);
+			if (!b) {
+				pfs_mem_give(want - held);
+				snprintf(err, errlen, "out of memory inflating");
+				goto fail;
+			}
+			held = cap = want;
+			buf = b;
 		}
 		z.next_out = buf + n;
 		z.avail_out = (uInt)(cap - n);
@@ -55,13 +75,26 @@ int pfs_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out, siz
 		goto fail;
 	}
 	inflateEnd(&z);
+	/* the caller holds n bytes of the budget until pfs_gunzip_free() */
+	if (n) {
+		uint8_t *b = realloc(buf, n);
+		buf = b ? b : buf;
+	}
+	pfs_mem_give(held - n);
 	*out = buf;
 	*outlen = n;
 	return 0;
 fail:
 	inflateEnd(&z);
+	pfs_mem_give(held);
 	free(buf);
 	return -1;
+}
+
+void pfs_gunzip_free(uint8_t *out, size_t outlen)
+{
+	free(out);
+	pfs_mem_give(outlen);
 }
 
 static int check_profile(const Perftools__Profiles__Profile *p, char *err, size_t errlen)
@@ -95,17 +128,24 @@ static int check_profile(const Perftools__Profiles__Profile *p, char *err, size_
 Perftools__Profiles__Profile *pfs_pprof_decode_raw(const uint8_t *raw, size_t len, char *err,
 						  size_t errlen)
 {
-	Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(NULL, len, raw);
+	Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(&pfs_mem_pb, len, raw);
 
 	if (!p) {
-		snprintf(err, errlen, "not a profile.proto (protobuf decode failed)");
+		snprintf(err, errlen, "not a profile.proto (protobuf decode failed%s)",
+			 pfs_mem_used() + len > pfs_mem_max() ? ", or memory budget spent" : "");
 		return NULL;
 	}
 	if (check_profile(p, err, errlen)) {
-		perftools__profiles__profile__free_unpacked(p, NULL);
+		pfs_pprof_free(p);
 		return NULL;
 	}
 	return p;
+}
+
+void pfs_pprof_free(Perftools__Profiles__Profile *p)
+{
+	if (p)
+		perftools__profiles__profile__free_unpacked(p, &pfs_mem_pb);
 }
 
 Perftools__Profiles__Profile *pfs_pprof_decode_gz(const uint8_t *buf, size_t len, size_t max_raw,
@@ -118,7 +158,7 @@ Perftools__Profiles__Profile *pfs_pprof_decode_gz(const uint8_t *buf, size_t len
 	if (pfs_gunzip(buf, len, max_raw, &raw, &rawlen, err, errlen))
 		return NULL;
 	p = pfs_pprof_decode_raw(raw, rawlen, err, errlen);
-	free(raw);
+	pfs_gunzip_free(raw, rawlen);
 	return p;
 }
 
@@ -129,7 +169,7 @@ int pfs_pprof_validate_gz(const uint8_t *buf, size_t len, size_t max_raw, char *
 
 	if (!p)
 		return -1;
-	perftools__profiles__profile__free_unpacked(p, NULL);
+	pfs_pprof_free(p);
 	return 0;
 }
 

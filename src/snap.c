@@ -3,6 +3,7 @@
 
 #include "cache.h"
 #include "log.h"
+#include "merged.h"
 #include "pprof.h"
 #include "source.h"
 
@@ -25,6 +26,8 @@ struct round {
 	time_t t;
 	char name[PFS_ROUND_NAME_MAX];
 	struct slot *slots;
+	time_t settled_at; /* when its last fetch finished, 0 if none did */
+	int pins;          /* readers waiting on it: prune leaves it */
 	struct round *next; /* ascending time */
 };
 
@@ -43,6 +46,14 @@ struct job_priv {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond;
 static struct pfs_config *g_cfg;
+static pfs_snap_change_fn g_on_change;
+static bool (*g_interrupted)(void);
+
+void pfs_snap_set_hooks(pfs_snap_change_fn on_change, bool (*interrupted)(void))
+{
+	g_on_change = on_change;
+	g_interrupted = interrupted;
+}
 
 static bool windowed(const struct pfs_service *s) { return s->cluster->src->windows; }
 
@@ -127,7 +138,7 @@ static struct round *get_round(struct pfs_service *s, time_t t)
 	r->slots = calloc(s->n_files ? s->n_files : 1, sizeof *r->slots);
 	/* Files frozen by an earlier mount are served as they are. */
 	for (size_t i = 0; i < s->n_files; i++)
-		if (pfs_cache_stat(s->cluster->name, s->name, name, s->files[i].name,
+		if (pfs_cache_stat(s->cluster->name, s->name, name, s->files[i].key,
 				   &r->slots[i].size) == 0 && r->slots[i].size > 0)
 			r->slots[i].st = SLOT_READY;
 	r->next = *pp;
@@ -155,18 +166,49 @@ static bool round_has(const struct pfs_service *s, const struct round *r, enum s
 	return false;
 }
 
-/* Drop rounds older than the retention, on disk and in memory. */
+/* Scrape rounds: latest stays the same round while it has fetches in
+ * flight and for latest_ttl after the last one finished, so one access
+ * (lookup, getattr, open, read) is one round whatever the fetch takes. */
+static bool fresh(const struct pfs_service *s, const struct round *r, time_t now)
+{
+	time_t since = r->settled_at > r->t ? r->settled_at : r->t;
+
+	return round_has(s, r, SLOT_FETCHING) ||
+	       (now >= since && now - since < (time_t)g_cfg->latest_ttl);
+}
+
+/* Oldest round time kept: retention; windows also while in range. */
+static time_t keep_from(const struct pfs_service *s, time_t now)
+{
+	double keep = g_cfg->retention;
+
+	if (windowed(s) && s->cluster->api.range + s->cluster->api.window > keep)
+		keep = s->cluster->api.range + s->cluster->api.window;
+	return now - (time_t)keep;
+}
+
+static void free_round(struct round *r)
+{
+	free(r->slots);
+	free(r);
+}
+
+/* Drop rounds older than the retention, on disk and in memory; rounds in
+ * use (latest, fetching, waited on) stay until a later prune. */
 static void prune(struct pfs_service *s, time_t now)
 {
 	struct round **pp = &s->state->rounds;
+	time_t from = keep_from(s, now);
 
 	while (*pp) {
 		struct round *r = *pp;
-		if (r->t >= now - (time_t)g_cfg->retention || r == s->state->current ||
+		if (r->t >= from || (r == s->state->current && fresh(s, r, now)) || r->pins ||
 		    round_has(s, r, SLOT_FETCHING)) {
 			pp = &r->next;
 			continue;
 		}
+		if (r == s->state->current)
+			s->state->current = NULL; /* stale: the next access takes a new one */
 		int rc = pfs_cache_remove_round(s->cluster->name, s->name, r->name);
 		if (rc && rc != -ENOENT)
 			pfs_warn("retention: cannot remove %s/%s/%s: %s", s->cluster->name, s->name,
@@ -174,8 +216,7 @@ static void prune(struct pfs_service *s, time_t now)
 		else
 			pfs_debug("retention: removed %s/%s/%s", s->cluster->name, s->name, r->name);
 		*pp = r->next;
-		free(r->slots);
-		free(r);
+		free_round(r);
 	}
 }
 
@@ -185,7 +226,7 @@ static struct round *latest_round(struct pfs_service *s, time_t now)
 
 	if (windowed(s))
 		return get_round(s, newest_window(s, now));
-	if (r && now - r->t < (time_t)g_cfg->latest_ttl && now >= r->t)
+	if (r && fresh(s, r, now))
 		return r;
 	r = get_round(s, now);
 	s->state->current = r;
@@ -195,31 +236,148 @@ static struct round *latest_round(struct pfs_service *s, time_t now)
 
 /* ---- setup ---- */
 
-static void on_cached(const char *cluster, const char *service, const char *round,
-		      const char *file, off_t size, time_t mtime, void *arg)
+static void on_cached_round(const char *cluster, const char *service, const char *round, void *arg)
 {
-	struct pfs_cluster *c = pfs_config_cluster(g_cfg, cluster);
-	struct pfs_service *s = NULL;
+	struct pfs_service *s = arg;
 	time_t t;
 
-	(void)file, (void)size, (void)mtime, (void)arg;
-	if (c && !c->src->discover) /* discovered services find theirs on demand */
-		s = pfs_config_service(c, service);
-	if (s && parse_round(round, &t) == 0)
+	(void)cluster, (void)service;
+	if (parse_round(round, &t) == 0)
 		get_round(s, t); /* reads which of its files are there */
 }
 
 void pfs_snap_service_init(struct pfs_service *s)
 {
+	struct round *r;
+	time_t now = time(NULL);
+
 	s->state = calloc(1, sizeof *s->state);
 	s->state->n_stats = s->n_targets ? s->n_targets : 1;
 	s->state->stats = calloc(s->state->n_stats, sizeof *s->state->stats);
+	pthread_mutex_lock(&g_lock);
+	/* Rounds frozen by an earlier mount are served as they are (a
+	 * discovered service finds its own when it is discovered). */
+	pfs_cache_rounds(s->cluster->name, s->name, on_cached_round, s);
+	prune(s, now);
+	/* A remount within latest_ttl keeps serving the same latest. */
+	for (r = s->state->rounds; r && r->next; r = r->next)
+		;
+	if (r && !windowed(s) && round_has(s, r, SLOT_READY) && now >= r->t &&
+	    now - r->t < (time_t)g_cfg->latest_ttl)
+		s->state->current = r;
+	pthread_mutex_unlock(&g_lock);
+}
+
+void pfs_snap_service_free(struct pfs_service *s)
+{
+	if (!s->state)
+		return;
+	while (s->state->rounds) {
+		struct round *r = s->state->rounds;
+		s->state->rounds = r->next;
+		free_round(r);
+	}
+	free(s->state->stats);
+	free(s->state);
+	s->state = NULL;
+}
+
+void pfs_snap_free(struct pfs_config *cfg)
+{
+	pfs_sources_free(); /* first: their threads may still finish jobs */
+	pfs_merged_free();
+	for (size_t i = 0; i < cfg->n_clusters; i++)
+		for (size_t j = 0; j < cfg->clusters[i].n_services; j++)
+			pfs_snap_service_free(cfg->clusters[i].services[j]);
+}
+
+/* Rounds on disk of services this mount does not know (not in the config,
+ * not discovered yet) go by retention too. */
+static void sweep_round(const char *cluster, const char *service, const char *round, void *arg)
+{
+	time_t now = *(time_t *)arg, t;
+	struct pfs_cluster *c = pfs_config_cluster(g_cfg, cluster);
+
+	if (parse_round(round, &t) || t >= now - (time_t)g_cfg->retention)
+		return;
+	if (c) {
+		pthread_mutex_lock(&c->lock);
+		for (size_t i = 0; i < c->n_services; i++)
+			if (strcmp(c->services[i]->name, service) == 0) {
+				pthread_mutex_unlock(&c->lock); /* known: prune() decides */
+				return;
+			}
+	}
+	if (pfs_cache_remove_round(cluster, service, round) == 0)
+		pfs_debug("retention: removed %s/%s/%s", cluster, service, round);
+	if (c)
+		pthread_mutex_unlock(&c->lock);
+}
+
+void pfs_snap_sweep(void)
+{
+	time_t now = time(NULL);
+
+	for (size_t i = 0; i < g_cfg->n_clusters; i++) {
+		struct pfs_service **svcs;
+		size_t n = pfs_cluster_services(&g_cfg->clusters[i], &svcs);
+		pthread_mutex_lock(&g_lock);
+		for (size_t j = 0; j < n; j++)
+			prune(svcs[j], now);
+		pthread_mutex_unlock(&g_lock);
+		free(svcs);
+	}
+	pfs_cache_each_round(sweep_round, &now);
+}
+
+static pthread_t g_sweeper;
+static pthread_cond_t g_sweep_cond;
+static bool g_sweep_stop;
+
+static void *sweeper_main(void *unused)
+{
+	/* Often enough that nothing outlives retention by more than half of
+	 * it; at most every 5 minutes, at least every second. */
+	double every = g_cfg->retention / 2 > 300 ? 300 : g_cfg->retention / 2 < 1 ? 1 : g_cfg->retention / 2;
+	struct timespec dl;
+
+	(void)unused;
+	pthread_mutex_lock(&g_lock);
+	while (!g_sweep_stop) {
+		clock_gettime(CLOCK_MONOTONIC, &dl);
+		dl.tv_sec += (time_t)every;
+		if (pthread_cond_timedwait(&g_sweep_cond, &g_lock, &dl) != ETIMEDOUT || g_sweep_stop)
+			continue;
+		pthread_mutex_unlock(&g_lock);
+		pfs_snap_sweep();
+		pthread_mutex_lock(&g_lock);
+	}
+	pthread_mutex_unlock(&g_lock);
+	return NULL;
+}
+
+int pfs_snap_sweeper_start(void)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&g_sweep_cond, &ca);
+	return pthread_create(&g_sweeper, NULL, sweeper_main, NULL) ? -1 : 0;
+}
+
+void pfs_snap_sweeper_stop(void)
+{
+	pthread_mutex_lock(&g_lock);
+	g_sweep_stop = true;
+	pthread_cond_signal(&g_sweep_cond);
+	pthread_mutex_unlock(&g_lock);
+	pthread_join(g_sweeper, NULL);
 }
 
 int pfs_snap_init(struct pfs_config *cfg, char *err, size_t errlen)
 {
 	pthread_condattr_t ca;
-	time_t now = time(NULL);
 
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -230,18 +388,7 @@ int pfs_snap_init(struct pfs_config *cfg, char *err, size_t errlen)
 	for (size_t i = 0; i < cfg->n_clusters; i++)
 		for (size_t j = 0; j < cfg->clusters[i].n_services; j++)
 			pfs_snap_service_init(cfg->clusters[i].services[j]);
-	pfs_cache_scan(on_cached, NULL);
-	for (size_t i = 0; i < cfg->n_clusters; i++)
-		for (size_t j = 0; j < cfg->clusters[i].n_services; j++) {
-			struct pfs_service *s = cfg->clusters[i].services[j];
-			struct round *r;
-			prune(s, now);
-			/* A remount within latest_ttl keeps serving the same latest. */
-			for (r = s->state->rounds; r && r->next; r = r->next)
-				;
-			if (r && now >= r->t && now - r->t < (time_t)cfg->latest_ttl)
-				s->state->current = r;
-		}
+	pfs_snap_sweep();
 	return 0;
 }
 
@@ -257,15 +404,15 @@ void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const 
 	struct job_priv *jp = j->priv;
 	struct pfs_service *s = j->svc;
 	struct round *r = jp->round;
-	const char *file = j->file->name;
+	const char *file = j->file->name, *key = j->file->key;
 	char reason[512] = "", verr[256];
 	time_t now = time(NULL);
 
 	/* Called without g_lock, on the fetcher thread or a source's own. */
-	if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, g_cfg->max_bytes * 8, verr, sizeof verr)) {
+	if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, g_cfg->max_raw_bytes, verr, sizeof verr)) {
 		snprintf(reason, sizeof reason, "invalid profile: %s", verr);
 		rc = -1;
-	} else if (rc == 0 && pfs_cache_publish(s->cluster->name, s->name, r->name, file, gz, gzlen,
+	} else if (rc == 0 && pfs_cache_publish(s->cluster->name, s->name, r->name, key, gz, gzlen,
 						r->t, verr, sizeof verr)) {
 		snprintf(reason, sizeof reason, "%s", verr);
 		rc = -1;
@@ -287,6 +434,7 @@ void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const 
 	sl->st = rc == 0 ? SLOT_READY : rc == PFS_ABSENT ? SLOT_ABSENT : SLOT_FAILED;
 	sl->size = rc == 0 ? (off_t)gzlen : 0;
 	sl->failed_at = now;
+	r->settled_at = now;
 	ts->fetches++;
 	ts->last_fetch = now;
 	if (rc >= 0) {
@@ -299,6 +447,8 @@ void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const 
 	}
 	pthread_cond_broadcast(&g_cond);
 	pthread_mutex_unlock(&g_lock);
+	if (g_on_change)
+		g_on_change(s);
 
 	free(gz);
 	pfs_fetch_release(&j->f);
@@ -315,17 +465,24 @@ static double slot_timeout(const struct pfs_service *s, int slot)
 	return f->profile == PFS_CPU ? t + s->cpu_seconds : t;
 }
 
+static void start_slot_ex(struct pfs_service *s, struct round *r, int slot, time_t now, int flags);
+
 /* Start the fetch of a slot unless it is done, in flight, or failed too
- * recently. */
+ * recently (or failed at all, with PFS_SNAP_NO_RETRY). */
 static void start_slot(struct pfs_service *s, struct round *r, int slot, time_t now)
+{
+	start_slot_ex(s, r, slot, now, 0);
+}
+
+static void start_slot_ex(struct pfs_service *s, struct round *r, int slot, time_t now, int flags)
 {
 	struct slot *sl = &r->slots[slot];
 	struct pfs_job *j;
 	struct job_priv *jp;
 
 	if (sl->st == SLOT_READY || sl->st == SLOT_FETCHING || sl->st == SLOT_ABSENT ||
-	    (sl->st == SLOT_FAILED && now - sl->failed_at < (time_t)g_cfg->retry_after &&
-	     now >= sl->failed_at))
+	    (sl->st == SLOT_FAILED && ((flags & PFS_SNAP_NO_RETRY) ||
+	     (now - sl->failed_at < (time_t)g_cfg->retry_after && now >= sl->failed_at))))
 		return;
 	j = calloc(1, sizeof *j);
 	jp = calloc(1, sizeof *jp);
@@ -344,29 +501,64 @@ static void start_slot(struct pfs_service *s, struct round *r, int slot, time_t 
 	s->cluster->src->start(j);
 }
 
-/* Wait until the slot is no longer in flight, at most until a little
- * after its fetch timeout: every source finishes by then. */
-static void wait_slot(struct pfs_service *s, struct round *r, int slot)
+double pfs_snap_max_wait(const struct pfs_service *s)
 {
-	struct timespec dl;
+	double w = 0;
 
+	for (size_t i = 0; i < s->n_files; i++)
+		if (slot_timeout(s, (int)i) > w)
+			w = slot_timeout(s, (int)i);
+	return w + 5;
+}
+
+/* Wait until the slot is no longer in flight, at most until a little
+ * after its fetch timeout (every source finishes by then), checking for
+ * an interrupt of the request that waits. The round is pinned meanwhile:
+ * prune() leaves it. Without wait, -EAGAIN if it is in flight. */
+static int wait_slot(struct pfs_service *s, struct round *r, int slot, int flags)
+{
+	struct timespec dl, step;
+	int rc = 0;
+
+	if (r->slots[slot].st != SLOT_FETCHING)
+		return 0;
+	if (!(flags & PFS_SNAP_WAIT))
+		return -EAGAIN;
 	clock_gettime(CLOCK_MONOTONIC, &dl);
 	dl.tv_sec += (time_t)slot_timeout(s, slot) + 5;
-	while (r->slots[slot].st == SLOT_FETCHING)
-		if (pthread_cond_timedwait(&g_cond, &g_lock, &dl) == ETIMEDOUT)
+	r->pins++;
+	while (r->slots[slot].st == SLOT_FETCHING) {
+		clock_gettime(CLOCK_MONOTONIC, &step);
+		if (step.tv_sec > dl.tv_sec || (step.tv_sec == dl.tv_sec && step.tv_nsec >= dl.tv_nsec))
 			break;
+		if (g_interrupted && g_interrupted()) {
+			rc = -EINTR;
+			break;
+		}
+		step.tv_nsec += 100 * 1000000L; /* look for interrupts 10 times a second */
+		if (step.tv_nsec >= 1000000000L) {
+			step.tv_sec++;
+			step.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&g_cond, &g_lock, &step);
+	}
+	r->pins--;
+	return rc;
 }
 
-static void wait_round(struct pfs_service *s, struct round *r)
+static int wait_round(struct pfs_service *s, struct round *r, int flags)
 {
-	for (size_t i = 0; i < s->n_files; i++)
-		wait_slot(s, r, (int)i);
+	int rc = 0;
+
+	for (size_t i = 0; i < s->n_files && !rc; i++)
+		rc = wait_slot(s, r, (int)i, flags);
+	return rc;
 }
 
-static void start_round(struct pfs_service *s, struct round *r, time_t now)
+static void start_round(struct pfs_service *s, struct round *r, time_t now, int flags)
 {
 	for (size_t i = 0; i < s->n_files; i++)
-		start_slot(s, r, (int)i, now);
+		start_slot_ex(s, r, (int)i, now, flags);
 }
 
 /* ---- listing ---- */
@@ -392,37 +584,39 @@ void pfs_snap_list_rounds(struct pfs_service *s, pfs_snap_round_fn fn, void *arg
 }
 
 /* A round ready to list: windows fetched, scrapes' fetches finished. */
-static struct round *settled_round(struct pfs_service *s, const char *round)
+static int settled_round(struct pfs_service *s, const char *round, int flags, struct round **out)
 {
 	struct round *r = lookup_round(s, round);
 
+	*out = r;
 	if (r && windowed(s))
-		start_round(s, r, time(NULL));
-	if (r)
-		wait_round(s, r);
-	return r;
+		start_round(s, r, time(NULL), flags);
+	return r ? wait_round(s, r, flags) : 0;
 }
 
-int pfs_snap_list_files(struct pfs_service *s, const char *round, pfs_snap_file_fn fn, void *arg)
+int pfs_snap_list_files(struct pfs_service *s, const char *round, int flags, pfs_snap_file_fn fn,
+			void *arg)
 {
-	int rc = -ENOENT;
+	struct round *r;
+	int rc;
 
 	pthread_mutex_lock(&g_lock);
-	struct round *r = settled_round(s, round);
-	for (size_t i = 0; r && i < s->n_files; i++) {
+	if ((rc = settled_round(s, round, flags, &r)))
+		goto out;
+	rc = r && (windowed(s) || round_has(s, r, SLOT_READY)) ? 0 : -ENOENT;
+	for (size_t i = 0; !rc && i < s->n_files; i++) {
 		enum slot_state st = r->slots[i].st;
 		/* a window shows its failures (EIO on access), a scrape round not */
 		if (st == SLOT_READY || (windowed(s) && st == SLOT_FAILED))
 			fn(s->files[i].name, arg);
 	}
-	if (r && (windowed(s) || round_has(s, r, SLOT_READY)))
-		rc = 0;
+out:
 	pthread_mutex_unlock(&g_lock);
 	return rc;
 }
 
-int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, off_t *size,
-		  time_t *mtime)
+int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, int flags,
+		  off_t *size, time_t *mtime)
 {
 	int slot = pfs_snap_file_index(s, file), rc = -ENOENT;
 
@@ -431,8 +625,10 @@ int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, of
 	pthread_mutex_lock(&g_lock);
 	struct round *r = lookup_round(s, round);
 	if (r && windowed(s)) {
-		start_slot(s, r, slot, time(NULL));
-		wait_slot(s, r, slot);
+		start_slot_ex(s, r, slot, time(NULL), flags);
+		if ((rc = wait_slot(s, r, slot, flags)))
+			goto out;
+		rc = -ENOENT;
 	}
 	if (r && r->slots[slot].st == SLOT_READY) {
 		*size = r->slots[slot].size;
@@ -441,22 +637,31 @@ int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, of
 	} else if (r && windowed(s) && r->slots[slot].st == SLOT_FAILED) {
 		rc = -EIO;
 	}
+out:
 	pthread_mutex_unlock(&g_lock);
 	return rc;
 }
 
-int pfs_snap_round_time(struct pfs_service *s, const char *round, time_t *t)
+int pfs_snap_open(struct pfs_service *s, const char *round, const char *file)
 {
-	int rc = -ENOENT;
+	int slot = pfs_snap_file_index(s, file);
+
+	return slot < 0 ? -ENOENT
+			: pfs_cache_open(s->cluster->name, s->name, round, s->files[slot].key);
+}
+
+int pfs_snap_round_time(struct pfs_service *s, const char *round, int flags, time_t *t)
+{
+	int rc = 0;
 
 	pthread_mutex_lock(&g_lock);
 	struct round *r = lookup_round(s, round);
 	if (r && !windowed(s))
-		wait_round(s, r);
-	if (r && (windowed(s) || round_has(s, r, SLOT_READY))) {
+		rc = wait_round(s, r, flags);
+	if (!rc)
+		rc = r && (windowed(s) || round_has(s, r, SLOT_READY)) ? 0 : -ENOENT;
+	if (!rc)
 		*t = r->t;
-		rc = 0;
-	}
 	pthread_mutex_unlock(&g_lock);
 	return rc;
 }
@@ -504,7 +709,7 @@ size_t pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t sinc
 						if (pass == 0)
 							start_slot(s, r, (int)i, now);
 						else
-							wait_slot(s, r, (int)i);
+							wait_slot(s, r, (int)i, PFS_SNAP_WAIT);
 					}
 			}
 	}
@@ -519,7 +724,7 @@ size_t pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t sinc
 				*out = realloc(*out, cap * sizeof **out);
 			}
 			memcpy((*out)[n].round, r->name, sizeof r->name);
-			snprintf((*out)[n].file, sizeof (*out)[n].file, "%s", s->files[i].name);
+			snprintf((*out)[n].file, sizeof (*out)[n].file, "%s", s->files[i].key);
 			(*out)[n++].t = r->t;
 		}
 	}
@@ -529,16 +734,18 @@ size_t pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t sinc
 
 /* ---- latest ---- */
 
-int pfs_snap_latest(struct pfs_service *s, int slot, char round[PFS_ROUND_NAME_MAX],
+int pfs_snap_latest(struct pfs_service *s, int slot, int flags, char round[PFS_ROUND_NAME_MAX],
 		    off_t *size, time_t *mtime)
 {
 	time_t now = time(NULL);
-	int rc = -EIO;
+	int rc;
 
 	pthread_mutex_lock(&g_lock);
 	struct round *r = latest_round(s, now);
-	start_slot(s, r, slot, now);
-	wait_slot(s, r, slot);
+	start_slot_ex(s, r, slot, now, flags);
+	if ((rc = wait_slot(s, r, slot, flags)))
+		goto out;
+	rc = -EIO;
 	if (r->slots[slot].st == SLOT_READY) {
 		memcpy(round, r->name, PFS_ROUND_NAME_MAX);
 		*size = r->slots[slot].size;
@@ -547,6 +754,7 @@ int pfs_snap_latest(struct pfs_service *s, int slot, char round[PFS_ROUND_NAME_M
 	} else if (r->slots[slot].st == SLOT_ABSENT) {
 		rc = -ENOENT;
 	}
+out:
 	pthread_mutex_unlock(&g_lock);
 	return rc;
 }
@@ -558,20 +766,22 @@ void pfs_snap_latest_start(struct pfs_service *s)
 	if (windowed(s))
 		return; /* windows are fetched when read */
 	pthread_mutex_lock(&g_lock);
-	start_round(s, latest_round(s, now), now);
+	start_round(s, latest_round(s, now), now, 0);
 	pthread_mutex_unlock(&g_lock);
 }
 
-void pfs_snap_latest_all(struct pfs_service *s, pfs_snap_file_fn fn, void *arg)
+int pfs_snap_latest_all(struct pfs_service *s, int flags, pfs_snap_file_fn fn, void *arg)
 {
 	time_t now = time(NULL);
+	int rc;
 
 	pthread_mutex_lock(&g_lock);
 	struct round *r = latest_round(s, now);
-	start_round(s, r, now);
-	wait_round(s, r);
-	for (size_t i = 0; i < s->n_files; i++)
+	start_round(s, r, now, flags);
+	rc = wait_round(s, r, flags);
+	for (size_t i = 0; !rc && i < s->n_files; i++)
 		if (r->slots[i].st != SLOT_ABSENT)
 			fn(s->files[i].name, arg);
 	pthread_mutex_unlock(&g_lock);
+	return rc;
 }

@@ -2,10 +2,12 @@
 #include "source.h"
 
 #include "log.h"
+#include "mem.h"
 #include "names.h"
 #include "pprof.h"
 #include "profile.pb-c.h"
 #include "snap.h"
+#include "work.h"
 
 #include <curl/curl.h>
 #include <stdio.h>
@@ -15,64 +17,62 @@
 extern const struct pfs_source_ops pfs_source_pprof, pfs_source_nats, pfs_source_pyroscope,
 	pfs_source_parca, pfs_source_coroot;
 
+static const struct pfs_source_ops *const g_kinds[] = {
+	&pfs_source_pprof, &pfs_source_nats, &pfs_source_pyroscope, &pfs_source_parca,
+	&pfs_source_coroot,
+};
+
 const struct pfs_source_ops *pfs_source_find(const char *kind)
 {
-	const struct pfs_source_ops *all[] = {&pfs_source_pprof, &pfs_source_nats,
-					      &pfs_source_pyroscope, &pfs_source_parca,
-					      &pfs_source_coroot};
-
-	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-		if (strcmp(all[i]->kind, kind) == 0)
-			return all[i];
+	for (size_t i = 0; i < sizeof g_kinds / sizeof *g_kinds; i++)
+		if (strcmp(g_kinds[i]->kind, kind) == 0)
+			return g_kinds[i];
 	return NULL;
 }
 
-/* name sanitized into a path component, then "-2", "-3", ... appended
- * until taken() says it is free. */
-static void unique_name(const char *name, char *out, size_t outlen,
-			bool (*taken)(const char *candidate, void *arg), void *arg)
+void pfs_sources_free(void)
 {
-	char base[201];
-
-	pfs_name_sanitize(name, base, outlen - 12 < sizeof base ? outlen - 12 : sizeof base);
-	snprintf(out, outlen, "%s", base);
-	for (int k = 2; taken(out, arg); k++)
-		snprintf(out, outlen, "%s-%d", base, k);
+	for (size_t i = 0; i < sizeof g_kinds / sizeof *g_kinds; i++)
+		if (g_kinds[i]->cleanup)
+			g_kinds[i]->cleanup();
 }
 
-static bool type_taken(const char *key, void *arg)
+/* A type's file names: its pretty name, unless another type of the set
+ * has that pretty name too; then each of them is named by its type id.
+ * So names depend on the set of types, not on the order they came in. */
+static void name_type(struct pfs_file *f, bool shared)
 {
-	const struct pfs_cluster *c = arg;
-	for (size_t i = 0; i < c->n_types; i++)
-		if (strcmp(c->types[i].merge_key, key) == 0)
-			return true;
-	return false;
-}
+	char base[224];
 
-static bool service_taken(const char *name, void *arg)
-{
-	const struct pfs_cluster *c = arg;
-	if (strcmp(name, "merged") == 0 || strcmp(name, "latest") == 0)
-		return true;
-	for (size_t i = 0; i < c->n_services; i++)
-		if (strcmp(c->services[i]->name, name) == 0)
-			return true;
-	return false;
+	pfs_name_stable(shared ? f->type_id : f->pretty, base, sizeof base);
+	snprintf(f->merge_key, sizeof f->merge_key, "%s", base);
+	snprintf(f->name, sizeof f->name, "%s.pb.gz", base);
 }
 
 void pfs_api_add_type(struct pfs_cluster *c, const char *type_id, const char *pretty)
 {
-	char key[112];
+	char key[224];
 	struct pfs_file *f;
+	bool shared = false;
 
-	unique_name(pretty, key, sizeof key, type_taken, c);
+	for (size_t i = 0; i < c->n_types; i++)
+		if (strcmp(c->types[i].type_id, type_id) == 0)
+			return;
+	for (size_t i = 0; i < c->n_types; i++)
+		if (strcmp(c->types[i].pretty, pretty) == 0) {
+			name_type(&c->types[i], true);
+			shared = true;
+		}
 	c->types = realloc(c->types, (c->n_types + 1) * sizeof *c->types);
 	f = &c->types[c->n_types++];
 	memset(f, 0, sizeof *f);
-	snprintf(f->merge_key, sizeof f->merge_key, "%s", key);
-	snprintf(f->name, sizeof f->name, "%s.pb.gz", key);
+	snprintf(f->pretty, sizeof f->pretty, "%s", pretty);
 	f->profile = -1;
 	f->type_id = strdup(type_id);
+	name_type(f, shared);
+	/* the cache knows a type by its id, whatever it is shown as */
+	pfs_name_stable(type_id, key, sizeof key);
+	snprintf(f->key, sizeof f->key, "%s.pb.gz", key);
 }
 
 void pfs_rfc3339(time_t t, char out[32])
@@ -135,8 +135,7 @@ int pfs_gz_profile_is_empty(const uint8_t *gz, size_t len)
 	struct Perftools__Profiles__Profile *p = pfs_pprof_decode_gz(gz, len, 1u << 30, err, sizeof err);
 	int rc = p && p->n_sample == 0 ? PFS_ABSENT : 0;
 
-	if (p)
-		perftools__profiles__profile__free_unpacked(p, NULL);
+	pfs_pprof_free(p);
 	return rc;
 }
 
@@ -144,7 +143,7 @@ struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *u
 					    const char *display, const struct pfs_file *files,
 					    size_t n_files)
 {
-	char name[213];
+	char name[224];
 	struct pfs_service *s = NULL;
 
 	pthread_mutex_lock(&c->lock);
@@ -153,7 +152,15 @@ struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *u
 			s = c->services[i];
 			goto out;
 		}
-	unique_name(display, name, sizeof name, service_taken, c);
+	pfs_name_stable(display, name, sizeof name);
+	for (size_t i = 0; i < c->n_services; i++)
+		if (strcmp(c->services[i]->name, name) == 0) {
+			/* two upstreams with one display name (NATS server names) */
+			char both[1024];
+			snprintf(both, sizeof both, "%s/%s", display, upstream);
+			pfs_name_stable(both, name, sizeof name);
+			break;
+		}
 	s = calloc(1, sizeof *s);
 	s->name = strdup(name);
 	s->upstream = strdup(upstream);
@@ -200,9 +207,10 @@ void pfs_cluster_refresh(struct pfs_cluster *c, double max_age)
 
 /* ---- HTTP ---- */
 
-static void http_done(struct pfs_fetch *f)
+static void http_decode(void *arg)
 {
-	struct pfs_job *j = f->arg;
+	struct pfs_job *j = arg;
+	struct pfs_fetch *f = &j->f;
 	uint8_t *gz = NULL;
 	size_t gzlen = 0;
 	char why[512], derr[256] = "";
@@ -216,6 +224,12 @@ static void http_done(struct pfs_fetch *f)
 	if (rc < 0)
 		snprintf(why, sizeof why, "HTTP 200, %s", derr);
 	pfs_job_finish(j, rc, gz, gzlen, rc < 0 ? why : NULL);
+}
+
+/* On the fetcher thread: the rest is work for the pool. */
+static void http_done(struct pfs_fetch *f)
+{
+	pfs_work_submit(http_decode, f->arg);
 }
 
 void pfs_http_start(struct pfs_job *j, const struct pfs_target *t, const char *content_type,
@@ -261,7 +275,9 @@ int pfs_http_sync_ex(const struct pfs_target *t, const char *url, const char *co
 		pfs_fetch_release(&f);
 		return -1;
 	}
-	/* callers parse it as text: keep a NUL after the body */
+	/* callers parse it as text: keep a NUL after the body; it is theirs
+	 * now, outside the budget */
+	pfs_mem_give(f.cap);
 	*body = realloc(f.body, f.len + 1);
 	(*body)[f.len] = '\0';
 	*len = f.len;

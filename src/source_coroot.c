@@ -360,9 +360,26 @@ static void start(struct pfs_job *j)
 	pfs_http_start(j, t ? t : &c->api.target, NULL, decode);
 }
 
+static void cleanup(void)
+{
+	pthread_mutex_lock(&g_lock);
+	while (g_sessions) {
+		struct session *s = g_sessions;
+		g_sessions = s->next;
+		/* the cookie line is ours; the others are the cluster's */
+		char *cookie = s->t.headers[s->t.n_headers - 1];
+		explicit_bzero(cookie, strlen(cookie));
+		free(cookie);
+		free(s->t.headers);
+		free(s);
+	}
+	pthread_mutex_unlock(&g_lock);
+}
+
 const struct pfs_source_ops pfs_source_coroot = {
 	.kind = "coroot",
 	.windows = true,
 	.discover = discover,
 	.start = start,
+	.cleanup = cleanup,
 };

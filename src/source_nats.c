@@ -18,6 +18,8 @@
 #include <string.h>
 
 static pthread_mutex_t g_conn_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_idle = PTHREAD_COND_INITIALIZER;
+static int g_active; /* fetch threads running (g_conn_lock) */
 
 struct conn {
 	struct pfs_cluster *c;
@@ -89,6 +91,7 @@ static int discover(struct pfs_cluster *c, char *err, size_t errlen)
 			memset(f, 0, sizeof *f);
 			f->profile = p;
 			snprintf(f->name, sizeof f->name, "%s.pb.gz", pfs_profile_names[p]);
+			memcpy(f->key, f->name, sizeof f->key);
 			snprintf(f->merge_key, sizeof f->merge_key, "%s", pfs_profile_names[p]);
 		}
 	st = natsInbox_Create(&inbox);
@@ -199,6 +202,16 @@ static void *fetch_thread(void *arg)
 	return NULL;
 }
 
+static void *fetch_main(void *arg)
+{
+	fetch_thread(arg);
+	pthread_mutex_lock(&g_conn_lock);
+	if (--g_active == 0)
+		pthread_cond_broadcast(&g_idle);
+	pthread_mutex_unlock(&g_conn_lock);
+	return NULL;
+}
+
 static void start(struct pfs_job *j)
 {
 	pthread_t t;
@@ -208,9 +221,37 @@ static void start(struct pfs_job *j)
 		 j->svc->cluster->api.target.log_url, j->svc->upstream);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &attr, fetch_thread, j) != 0)
+	pthread_mutex_lock(&g_conn_lock);
+	g_active++;
+	pthread_mutex_unlock(&g_conn_lock);
+	if (pthread_create(&t, &attr, fetch_main, j) != 0) {
+		pthread_mutex_lock(&g_conn_lock);
+		g_active--;
+		pthread_mutex_unlock(&g_conn_lock);
 		pfs_err("nats: cannot start a fetch thread"); /* the slot times out */
+	}
 	pthread_attr_destroy(&attr);
+}
+
+static void cleanup(void)
+{
+	pthread_mutex_lock(&g_conn_lock);
+	bool any = g_conns != NULL;
+	/* Closing makes requests in flight return at once; then their
+	 * threads finish their jobs. */
+	for (struct conn *k = g_conns; k; k = k->next)
+		natsConnection_Close(k->nc);
+	while (g_active > 0)
+		pthread_cond_wait(&g_idle, &g_conn_lock);
+	while (g_conns) {
+		struct conn *k = g_conns;
+		g_conns = k->next;
+		natsConnection_Destroy(k->nc);
+		free(k);
+	}
+	pthread_mutex_unlock(&g_conn_lock);
+	if (any)
+		nats_Close();
 }
 
 const struct pfs_source_ops pfs_source_nats = {
@@ -218,4 +259,5 @@ const struct pfs_source_ops pfs_source_nats = {
 	.windows = false,
 	.discover = discover,
 	.start = start,
+	.cleanup = cleanup,
 };

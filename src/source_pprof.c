@@ -12,7 +12,8 @@ static int decode_as_is(struct pfs_job *j, const uint8_t *body, size_t len, uint
 {
 	(void)j, (void)err, (void)errlen;
 	*gz = malloc(len ? len : 1);
-	memcpy(*gz, body, len);
+	if (len) /* an empty body has no buffer */
+		memcpy(*gz, body, len);
 	*gzlen = len;
 	return 0;
 }

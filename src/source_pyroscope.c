@@ -7,6 +7,7 @@
  *             no data (the file is not shown). */
 #include "source.h"
 
+#include "mem.h"
 #include "pprof.h"
 #include "profile.pb-c.h"
 #include "querier.pb-c.h"
@@ -106,7 +107,9 @@ static int discover(struct pfs_cluster *c, char *err, size_t errlen)
 static int decode(struct pfs_job *j, const uint8_t *body, size_t len, uint8_t **gz, size_t *gzlen,
 		  char *err, size_t errlen)
 {
-	Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(NULL, len, body);
+	/* no data is an empty Profile message: not a valid pprof, so no
+	 * pfs_pprof_decode_raw() here (validation follows for the rest) */
+	Perftools__Profiles__Profile *p = perftools__profiles__profile__unpack(&pfs_mem_pb, len, body);
 	size_t n;
 
 	(void)j;
@@ -115,7 +118,7 @@ static int decode(struct pfs_job *j, const uint8_t *body, size_t len, uint8_t **
 		return -1;
 	}
 	n = p->n_sample;
-	perftools__profiles__profile__free_unpacked(p, NULL);
+	pfs_pprof_free(p);
 	if (n == 0)
 		return PFS_ABSENT;
 	return pfs_gzip(body, len, gz, gzlen, err, errlen);

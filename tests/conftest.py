@@ -4,6 +4,7 @@ Every mount is unmounted in teardown, even when the test failed.
 """
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -224,6 +225,23 @@ def assert_fetch_fails(m, path, *fragments):
         assert frag in errs[0], (frag, errs[0])
     assert m.cached_files() == []
     return errs[0]
+
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def stable_name(s):
+    """The path component profilefs shows an upstream name as (names.c)."""
+    if SAFE_NAME.fullmatch(s) and not s.startswith("."):
+        return s
+    h = 1469598103934665603
+    for b in s.encode():
+        h = ((h ^ b) * 1099511628211) & (2 ** 64 - 1)
+    base = "".join(chr(b) if re.fullmatch(rb"[A-Za-z0-9._-]", bytes([b])) else "_"
+                   for b in s.encode())[:180] or "_"
+    if base.startswith("."):
+        base = "_" + base[1:]
+    return f"{base}~{(h ^ (h >> 40)) & 0xffffffffff:010x}"
 
 
 def windows(n, size=3600):

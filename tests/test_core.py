@@ -238,3 +238,21 @@ def test_rsync_of_a_cluster_fetches_its_services_at_once(goapp, mount, tmp_path)
     elapsed = time.monotonic() - t0
     # one service after another would take at least 4 x 1.5 s
     assert elapsed < 4.0, f"rsync took {elapsed:.1f}s: services were fetched one by one"
+
+
+def test_longest_target_names_keep_their_suffix(goapp, mount, tmp_path):
+    """Target names may be 200 characters: file names of 219 keep .pb.gz
+    (they were cut at 159 before)."""
+    app = goapp()
+    long_a, long_b = "a" * 200, "b" * 200
+    m = mount(config_for({"app": {"targets": [{"url": app.base, "name": long_a},
+                                              {"url": app.base, "name": long_b}],
+                                  "profiles": ["threadcreate", "heap"]}}))
+    latest = m.path / "local/app/latest"
+    names = sorted(os.listdir(latest))
+    assert names == sorted(f"{p}.{t}.pb.gz" for p in ("heap", "threadcreate") for t in (long_a, long_b))
+    for n in names:
+        (tmp_path / "p.pb.gz").write_bytes((latest / n).read_bytes())
+        pprof_top(tmp_path / "p.pb.gz")
+    [rnd] = round_dirs(m.path / "local/app")
+    assert sorted(os.listdir(m.path / "local/app" / rnd)) == names

@@ -5,8 +5,11 @@ import time
 
 import pytest
 
-from conftest import assert_fetch_fails, pprof_top, windows
+from conftest import assert_fetch_fails, pprof_top, stable_name, windows
 from fakes.coroot import CPU, HEAP, Fake
+
+
+APP = stable_name("prod:default:Deployment:api")
 
 
 @pytest.fixture
@@ -34,9 +37,9 @@ def flat(top):
 
 def test_flamegraph_becomes_valid_pprof(fake, mount, tmp_path):
     m = mount(cfg(fake))
-    assert sorted(os.listdir(m.path / "coroot")) == ["ns_Deployment_.._.._etc",
-                                                     "prod_default_Deployment_api"]
-    svc = m.path / "coroot/prod_default_Deployment_api"
+    assert sorted(os.listdir(m.path / "coroot")) == sorted([APP, stable_name("ns:Deployment:../../etc")])
+    assert APP.startswith("prod_default_Deployment_api~")
+    svc = m.path / f"coroot/{APP}"
     w = windows(2)[1]
     assert sorted(os.listdir(svc / w)) == ["cpu.pb.gz", "heap_inuse_space.pb.gz"]
     cpu = tmp_path / "cpu.pb.gz"
@@ -65,7 +68,7 @@ def test_flamegraph_becomes_valid_pprof(fake, mount, tmp_path):
 def test_window_without_profiles_has_no_file(fake, mount):
     fake.empty.add(("prod:default:Deployment:api", HEAP))
     m = mount(cfg(fake))
-    svc = m.path / "coroot/prod_default_Deployment_api"
+    svc = m.path / f"coroot/{APP}"
     assert os.listdir(svc / windows(2)[0]) == ["cpu.pb.gz"]
     assert m.error_lines() == []
 
@@ -84,10 +87,10 @@ def test_login_refused(fake, mount):
                                          ("slow", "timed out")])
 def test_failures(fake, mount, mode, reason):
     m = mount(cfg(fake))
-    svc = m.path / "coroot/prod_default_Deployment_api"
+    svc = m.path / f"coroot/{APP}"
     os.listdir(svc)
     fake.mode = mode
-    assert_fetch_fails(m, f"coroot/prod_default_Deployment_api/{windows(2)[0]}/cpu.pb.gz",
+    assert_fetch_fails(m, f"coroot/{APP}/{windows(2)[0]}/cpu.pb.gz",
                        reason, "/profiling")
 
 
@@ -99,7 +102,7 @@ def test_deep_flamegraph_is_served_not_a_crash(fake, mount, tmp_path, depth):
     m = mount(cfg(fake))
     w = windows(2)[1]
     cpu = tmp_path / "cpu.pb.gz"
-    cpu.write_bytes((m.path / "coroot/prod_default_Deployment_api" / w / "cpu.pb.gz").read_bytes())
+    cpu.write_bytes((m.path / f"coroot/{APP}" / w / "cpu.pb.gz").read_bytes())
     top = pprof_top(cpu, "-cum")
     assert "main.f0" in top and f"main.f{depth - 1}" in top
     assert m.proc.poll() is None and m.error_lines() == []
@@ -109,6 +112,6 @@ def test_too_deep_flamegraph_is_eio_with_reason(fake, mount):
     fake.depth = 1100  # deeper than JSON parsers (and profilefs) take
     m = mount(cfg(fake))
     w = windows(2)[1]
-    line = assert_fetch_fails(m, f"coroot/prod_default_Deployment_api/{w}/cpu.pb.gz",
+    line = assert_fetch_fails(m, f"coroot/{APP}/{w}/cpu.pb.gz",
                               "prod:default:Deployment:api", "maximum parsing depth")
     assert m.proc.poll() is None, line

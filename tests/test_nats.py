@@ -81,9 +81,9 @@ def test_profilez_error_is_eio_with_reason(nats, mount):
                                          ("garbage", "invalid profile: not gzip"),
                                          ("badjson", "bad JSON reply")])
 def test_bad_or_missing_reply(nats, mount, mode, reason):
+    nats["responder"].mode = mode  # before listing: that starts the fetches
     m = mount(nats_cfg(nats, timeout=2, profiles=["heap"]))
     os.listdir(m.path / "nats")
-    nats["responder"].mode = mode
     t0 = time.monotonic()
     assert_fetch_fails(m, "nats/nats-a/latest/heap.pb.gz", reason)
     assert time.monotonic() - t0 < 6
@@ -110,3 +110,23 @@ def test_nats_profile_port_as_plain_pprof_target(nats, mount, tmp_path):
         shutil.copy(m.path / f"local/nats-http/latest/{p}.pb.gz", tmp_path / f"{p}.pb.gz")
         pprof_top(tmp_path / f"{p}.pb.gz")
     assert "nats-server" in pprof_top(tmp_path / "goroutine.pb.gz")
+
+
+def test_rounds_of_an_earlier_mount_show_and_go_by_retention(nats, mount, tmp_path):
+    """NATS servers are discovered, not configured: their rounds from an
+    earlier mount are listed and served after a remount, and rounds past
+    retention (of known and of vanished servers) are deleted from disk."""
+    m = mount(dict(nats_cfg(nats, profiles=["heap"]), retention="1d"))
+    first = (m.path / "nats/nats-a/latest/heap.pb.gz").read_bytes()
+    [rnd] = [d for d in os.listdir(m.path / "nats/nats-a") if d[0].isdigit()]
+    m.stop()
+    old = m.cache / "nats/nats-a/2020-01-01T00:00:00Z"
+    gone = m.cache / "nats/gone-server/2020-01-01T00:00:00Z"
+    for d in (old, gone):
+        d.mkdir(parents=True)
+        (d / "heap.pb.gz").write_bytes(first)
+    m.start()
+    assert rnd in os.listdir(m.path / "nats/nats-a")
+    assert (m.path / "nats/nats-a" / rnd / "heap.pb.gz").read_bytes() == first
+    assert not old.exists() and not gone.exists()
+    assert "2020-01-01T00:00:00Z" not in os.listdir(m.path / "nats/nats-a")

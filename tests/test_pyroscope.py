@@ -8,10 +8,11 @@ import time
 
 import pytest
 
-from conftest import assert_fetch_fails, go_env, pprof_top, windows
+from conftest import assert_fetch_fails, go_env, pprof_top, stable_name, windows
 from fakes.pyroscope import CPU, HEAP, Fake, value_for
 
 SERVICES = ["checkout", "pay/ments", ".."]
+PAY, DOTS = stable_name("pay/ments"), stable_name("..")
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def cfg(fake, **over):
 
 def test_tree_files_and_bytes(fake, mount, tmp_path):
     m = mount(cfg(fake))
-    assert sorted(os.listdir(m.path / "pyro")) == ["_.", "checkout", "pay_ments"]
+    assert sorted(os.listdir(m.path / "pyro")) == sorted(["checkout", PAY, DOTS])
     svc = m.path / "pyro/checkout"
     assert sorted(os.listdir(svc)) == windows(3) + ["latest", "merged"]
     w = windows(3)[1]
@@ -50,14 +51,14 @@ def test_tree_files_and_bytes(fake, mount, tmp_path):
     assert all(h["Authorization"] == "Bearer pyro-t0ken" for _, h, _ in sel)
     assert "pyro-t0ken" not in m.log()
     # upstream names with / and .. are sanitized and still queried by their real name
-    assert sorted(os.listdir(m.path / "pyro/pay_ments" / w)) == ["cpu.pb.gz",
+    assert sorted(os.listdir(m.path / f"pyro/{PAY}" / w)) == ["cpu.pb.gz",
                                                                    "memory.inuse_space.pb.gz"]
-    assert os.listdir(m.path / "pyro/_." / w)
+    assert os.listdir(m.path / f"pyro/{DOTS}" / w)
     # nothing was written outside <cache>/<cluster>/<sanitized service>/
     for p in m.cache.rglob("*"):
         rel = p.relative_to(m.cache).parts
         assert rel[0] in (".tmp", ".lock", "pyro") and ".." not in rel
-        assert len(rel) < 2 or rel[1] in ("checkout", "pay_ments", "_."), rel
+        assert len(rel) < 2 or rel[1] in ("checkout", PAY, DOTS), rel
     assert sorted(os.listdir(m.cache.parent)) == sorted(
         ["cpu.pb.gz", "mnt", "mnt-cache", "mnt.json", "mnt.log"])
     assert m.error_lines() == []
@@ -160,3 +161,41 @@ def test_basic_auth(mount, monkeypatch):
         assert "b4sic-pw" not in m.log()
     finally:
         f.stop()
+
+
+OBJ = "memory:inuse_space:objects:space:bytes"  # shown as memory.inuse_space too
+
+
+def test_names_are_stable_per_upstream_identity(mount, tmp_path):
+    """Services "a/b" and "a_b" (and two types with one short name), found
+    in one order and then the other: each name keeps its own data across
+    remounts (suffixes in discovery order swapped cached windows)."""
+    fake = Fake(["a/b", "a_b"], tenant="team-a", token="pyro-t0ken")
+    fake.types.append((OBJ, "memory", "inuse_space", "objects", "space", "bytes"))
+    try:
+        c = cfg(fake)
+        m = mount(c)
+        names = sorted(os.listdir(m.path / "pyro"))
+        assert names == sorted(["a_b", stable_name("a/b")])
+        w = windows(3)[1]
+        files = sorted(os.listdir(m.path / "pyro/a_b" / w))
+        assert files == sorted(["cpu.pb.gz", stable_name(HEAP) + ".pb.gz",
+                                stable_name(OBJ) + ".pb.gz"])
+        first = {(s, f): (m.path / "pyro" / s / w / f).read_bytes() for s in names for f in files}
+        m.stop()
+        fake.services.reverse()
+        fake.types.reverse()
+        calls = len(fake.calls)
+        m.start()
+        assert sorted(os.listdir(m.path / "pyro")) == names
+        for (s, f), data in first.items():
+            assert (m.path / "pyro" / s / w / f).read_bytes() == data, (s, f)
+        assert not [c for c in fake.calls[calls:] if c[0] == "SelectMergeProfile"]  # from the cache
+        start_ms = calendar.timegm(time.strptime(w, "%Y-%m-%dT%H:%M:%SZ")) * 1000
+        for s, up in (("a_b", "a_b"), (stable_name("a/b"), "a/b")):
+            out = tmp_path / f"{s}.pb.gz"
+            out.write_bytes(first[(s, "cpu.pb.gz")])
+            v = value_for(up, CPU, start_ms)
+            assert f"Showing nodes accounting for {v + v // 10}ns" in pprof_top(out), s
+    finally:
+        fake.stop()

@@ -18,7 +18,8 @@ TYPES = [(CPU, "process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds"),
 
 
 def value_for(service, type_id, start_ms):
-    return 1000 + (start_ms // 3_600_000) % 7 * 100 + len(service) + (5 if type_id == HEAP else 0)
+    return (1000 + (start_ms // 3_600_000) % 7 * 100 + len(service) + sum(service.encode()) % 89 * 3
+            + (5 if type_id == HEAP else 0) + sum(type_id.encode()) % 7 * 1000)
 
 
 class Fake:
@@ -27,6 +28,7 @@ class Fake:
 
     def __init__(self, services, tenant="anonymous", token=None, window_ms=3_600_000, basic=None):
         self.services, self.tenant, self.token, self.window_ms = services, tenant, token, window_ms
+        self.types = list(TYPES)
         self.basic = basic  # (user, password) instead of a bearer token
         self.empty, self.mode, self.calls = set(), "ok", []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -78,7 +80,7 @@ class Fake:
             def ProfileTypes(self, f):
                 assert f[1][0] > 0 and f[2][0] > f[1][0]  # start, end in ms
                 out = b""
-                for tid, name, st, su, pt, pu in TYPES:
+                for tid, name, st, su, pt, pu in fake.types:
                     out += wire.field_bytes(1, wire.field_bytes(1, tid) + wire.field_bytes(2, name) +
                                             wire.field_bytes(4, st) + wire.field_bytes(5, su) +
                                             wire.field_bytes(6, pt) + wire.field_bytes(7, pu))
@@ -96,7 +98,7 @@ class Fake:
                 if not m or end - start != fake.window_ms or start % fake.window_ms:
                     return self.error(400, "invalid_argument", f"bad request {sel} {start} {end}")
                 svc = re.sub(r"\\(.)", r"\1", m.group(1))
-                t = next((t for t in TYPES if t[0] == tid), None)
+                t = next((t for t in fake.types if t[0] == tid), None)
                 if svc not in fake.services or t is None or (svc, tid) in fake.empty:
                     return self.reply(200, b"")  # an empty google.v1.Profile
                 v = value_for(svc, tid, start)

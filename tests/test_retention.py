@@ -1,0 +1,47 @@
+"""Retention applies to every kind and to what is on disk, not only to
+rounds this mount made."""
+import os
+import time
+
+from conftest import config_for, wait_for, windows
+from fakes.pyroscope import Fake as Pyroscope
+
+
+def plant(cache, rel, data=b"x"):
+    d = cache / rel
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "heap.pb.gz").write_bytes(data)
+    return d
+
+
+def test_windows_past_range_and_retention_are_deleted(mount, tmp_path):
+    fake = Pyroscope(["checkout"])
+    try:
+        cache = tmp_path / "cache"
+        cache.mkdir(mode=0o700)
+        ancient = plant(cache, "pyro/checkout/2020-01-01T00:00:00Z")
+        in_range = plant(cache, f"pyro/checkout/{windows(2)[0]}")
+        unknown = plant(cache, "pyro/vanished/2020-01-01T00:00:00Z")
+        m = mount({"cache_dir": str(cache), "retention": "1d", "clusters": {"pyro": {
+            "kind": "pyroscope", "url": fake.url, "tenant": "anonymous", "window": "1h",
+            "range": "2h"}}})
+        os.listdir(m.path / "pyro/checkout")
+        assert not ancient.exists() and not unknown.exists()
+        assert in_range.exists()
+    finally:
+        fake.stop()
+
+
+def test_retention_runs_while_mounted(goapp, mount, tmp_path):
+    """Rounds age out while the mount runs, including those of a service
+    nobody reads and those left by an earlier mount."""
+    app = goapp()
+    m = mount(config_for({"a": {"targets": [app.base], "profiles": ["heap"]},
+                          "b": {"targets": [app.base], "profiles": ["heap"]}},
+                         retention=3, latest_ttl=1))
+    (m.path / "local/a/latest/heap.pb.gz").read_bytes()
+    (m.path / "local/b/latest/heap.pb.gz").read_bytes()
+    rounds = lambda s: [d for d in os.listdir(m.cache / "local" / s) if d[0].isdigit()]
+    assert rounds("a") and rounds("b")
+    wait_for(lambda: not rounds("b"), timeout=10, what="b's round to age out")
+    assert not rounds("a")
