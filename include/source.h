@@ -53,6 +53,9 @@ struct pfs_source_ops {
 	int (*discover)(struct pfs_cluster *c, char *err, size_t errlen);
 	void (*start)(struct pfs_job *j);
 	void (*cleanup)(void); /* at exit: sessions, connections (may be NULL) */
+	/* The kind's decoder of an upstream answer (also what tests/fuzz
+	 * feeds hostile bytes to). */
+	pfs_decode_fn decode;
 };
 
 const struct pfs_source_ops *pfs_source_find(const char *kind);
@@ -74,6 +77,13 @@ typedef void (*pfs_header_fn)(const char *line, size_t len, void *arg);
 int pfs_http_sync_ex(const struct pfs_target *t, const char *url, const char *content_type,
 		     const uint8_t *post, size_t post_len, pfs_header_fn on_header, void *arg,
 		     uint8_t **body, size_t *len, char *err, size_t errlen);
+
+/* GET every URL with t's auth at once (at most PFS_SYNC_MANY_MAX in
+ * flight), blocking until all are done: out[i] holds each result (ok,
+ * http_status, error, body, len); pfs_fetch_release() each afterwards. */
+#define PFS_SYNC_MANY_MAX 32
+void pfs_http_sync_many(const struct pfs_target *t, char *const *urls, size_t n,
+			struct pfs_fetch *out);
 
 /* Add a discovered service: `upstream` is what the source queries it by,
  * its path name `display` sanitized (and made unique), its files a copy of

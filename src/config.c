@@ -314,6 +314,26 @@ static char *url_for_log(const char *url, char *hostport, size_t hplen)
 	return out;
 }
 
+/* user:password@ or a query (?token=...) in a URL are secrets too. */
+static bool url_has_credentials(const char *url)
+{
+	CURLU *u = curl_url();
+	char *part = NULL;
+	bool yes = false;
+
+	if (curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK) {
+		if (curl_url_get(u, CURLUPART_USER, &part, 0) == CURLUE_OK)
+			yes = true;
+		curl_free(part);
+		part = NULL;
+		if (curl_url_get(u, CURLUPART_QUERY, &part, 0) == CURLUE_OK)
+			yes = true;
+		curl_free(part);
+	}
+	curl_url_cleanup(u);
+	return yes;
+}
+
 static int parse_target(struct parser *p, json_t *v, const char *where, const struct settings *inh,
 			bool nats, struct pfs_target *t)
 {
@@ -355,6 +375,8 @@ static int parse_target(struct parser *p, json_t *v, const char *where, const st
 		goto out;
 	}
 	t->log_url = url_for_log(url, hostport, sizeof hostport);
+	if (url_has_credentials(url))
+		p->has_secrets = true;
 	if (!t->log_url) {
 		fail(p, field, "is not a valid URL");
 		goto out;
@@ -776,9 +798,10 @@ int pfs_config_load(const char *path, struct pfs_config *cfg, char *err, size_t 
 	}
 	rc = parse_top(&p, root, cfg);
 	json_decref(root);
-	if (rc == 0 && p.has_secrets && stat(path, &st) == 0 && (st.st_mode & S_IROTH))
-		pfs_warn("config %s holds secrets and is readable by others (mode %04o); chmod o-r it",
-			 path, (unsigned)(st.st_mode & 07777));
+	if (rc == 0 && p.has_secrets && stat(path, &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)))
+		pfs_warn("config %s holds secrets and is readable by %s (mode %04o); chmod go-r it",
+			 path, st.st_mode & S_IROTH ? "others" : "its group",
+			 (unsigned)(st.st_mode & 07777));
 	return rc;
 }
 

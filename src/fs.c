@@ -367,9 +367,40 @@ static int attr_of(struct loc *l, int flags, struct stat *st, double *timeout)
 	return 0;
 }
 
+/* ---- open handles: files and listings, freed at release (or at
+ * teardown, for those whose release never came: unmounted by a signal) */
+
+struct open_ref {
+	struct open_ref *prev, *next;
+	void (*free)(struct open_ref *r);
+};
+
+static pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct open_ref g_open = {&g_open, &g_open, NULL};
+
+static void open_track(struct open_ref *r, void (*free_fn)(struct open_ref *r))
+{
+	r->free = free_fn;
+	pthread_mutex_lock(&g_open_lock);
+	r->next = g_open.next;
+	r->prev = &g_open;
+	g_open.next->prev = r;
+	g_open.next = r;
+	pthread_mutex_unlock(&g_open_lock);
+}
+
+static void open_untrack(struct open_ref *r)
+{
+	pthread_mutex_lock(&g_open_lock);
+	r->prev->next = r->next;
+	r->next->prev = r->prev;
+	pthread_mutex_unlock(&g_open_lock);
+}
+
 /* ---- directory listings, made whole at opendir ---- */
 
 struct listing {
+	struct open_ref ref; /* first */
 	char **names;
 	unsigned char *is_dir;
 	size_t n, cap;
@@ -388,6 +419,8 @@ static void list_add(struct listing *d, const char *name, bool dir)
 
 static void list_free(struct listing *d)
 {
+	if (d->ref.free)
+		open_untrack(&d->ref);
 	for (size_t i = 0; i < d->n; i++)
 		free(d->names[i]);
 	free(d->names);
@@ -477,6 +510,7 @@ static int list_dir(struct loc *l, int flags, struct listing *d)
 
 /* fi->fh: an open cache file, or a document made at open. */
 struct handle {
+	struct open_ref ref; /* first */
 	int fd;
 	char *doc;
 	size_t len;
@@ -531,6 +565,19 @@ static int open_file(struct loc *l, int flags, struct fuse_file_info *fi, struct
 	*out = h;
 	return 0;
 }
+
+static void handle_free(struct handle *h)
+{
+	if (h->ref.free)
+		open_untrack(&h->ref);
+	if (h->fd >= 0)
+		close(h->fd);
+	free(h->doc);
+	free(h);
+}
+
+static void handle_ref_free(struct open_ref *r) { handle_free((struct handle *)r); }
+static void listing_ref_free(struct open_ref *r) { list_free((struct listing *)r); }
 
 /* ---- requests that may wait: run now, or parked and run again ---- */
 
@@ -603,13 +650,10 @@ static int run_task(struct task *t, bool may_wait)
 			return 0;
 		}
 		t->fi.fh = (uint64_t)(uintptr_t)h;
+		open_track(&h->ref, handle_ref_free);
 		unpark(t);
-		if (fuse_reply_open(t->req, &t->fi) == -ENOENT) { /* the caller went away */
-			if (h->fd >= 0)
-				close(h->fd);
-			free(h->doc);
-			free(h);
-		}
+		if (fuse_reply_open(t->req, &t->fi) == -ENOENT) /* the caller went away */
+			handle_free(h);
 		return 0;
 	}
 	case OP_OPENDIR: {
@@ -623,6 +667,7 @@ static int run_task(struct task *t, bool may_wait)
 			return 0;
 		}
 		t->fi.fh = (uint64_t)(uintptr_t)d;
+		open_track(&d->ref, listing_ref_free);
 		unpark(t);
 		if (fuse_reply_open(t->req, &t->fi) == -ENOENT)
 			list_free(d);
@@ -886,13 +931,8 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
-
 	(void)ino;
-	if (h->fd >= 0)
-		close(h->fd);
-	free(h->doc);
-	free(h);
+	handle_free((struct handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -983,4 +1023,6 @@ void pfs_fs_teardown(void)
 	pthread_join(g_retry_thread, NULL);
 	pfs_snap_set_hooks(NULL, NULL);
 	nodes_free();
+	while (g_open.next != &g_open)
+		g_open.next->free(g_open.next);
 }

@@ -10,6 +10,7 @@
 #include "work.h"
 
 #include <curl/curl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,4 +283,49 @@ int pfs_http_sync_ex(const struct pfs_target *t, const char *url, const char *co
 	(*body)[f.len] = '\0';
 	*len = f.len;
 	return 0;
+}
+
+/* ---- many blocking requests at once, through the fetcher ---- */
+
+struct many {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	size_t left;
+};
+
+static void many_done(struct pfs_fetch *f)
+{
+	struct many *m = f->arg;
+
+	pthread_mutex_lock(&m->lock);
+	m->left--;
+	pthread_cond_signal(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+}
+
+void pfs_http_sync_many(const struct pfs_target *t, char *const *urls, size_t n,
+			struct pfs_fetch *out)
+{
+	struct many m = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+
+	for (size_t done = 0; done < n;) {
+		size_t batch = n - done < PFS_SYNC_MANY_MAX ? n - done : PFS_SYNC_MANY_MAX;
+		m.left = batch;
+		for (size_t i = done; i < done + batch; i++) {
+			memset(&out[i], 0, sizeof out[i]);
+			out[i].url = urls[i];
+			out[i].target = t;
+			out[i].timeout_ms = (long)(t->timeout * 1000);
+			out[i].max_bytes = 64u << 20;
+			out[i].done = many_done;
+			out[i].arg = &m;
+			pfs_fetch_submit(&out[i]);
+		}
+		/* every fetch ends by its timeout: done() is called for each */
+		pthread_mutex_lock(&m.lock);
+		while (m.left)
+			pthread_cond_wait(&m.cond, &m.lock);
+		pthread_mutex_unlock(&m.lock);
+		done += batch;
+	}
 }

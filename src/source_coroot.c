@@ -94,21 +94,13 @@ static int login(struct pfs_cluster *c, char *err, size_t errlen)
 	return 0;
 }
 
-static int get_json(const struct pfs_target *t, const char *url, const char *what, json_t **data,
-		    char *err, size_t errlen)
+/* The "data" object of a Coroot API answer. */
+static int parse_data(const uint8_t *body, size_t len, const char *what, json_t **data, char *err,
+		      size_t errlen)
 {
 	json_error_t jerr;
-	uint8_t *body;
-	size_t len;
-	char why[512];
-	json_t *root;
+	json_t *root = json_loadb((const char *)body, len, 0, &jerr);
 
-	if (pfs_http_sync(t, url, NULL, NULL, 0, &body, &len, why, sizeof why)) {
-		snprintf(err, errlen, "%s: %s", what, why);
-		return -1;
-	}
-	root = json_loadb((const char *)body, len, 0, &jerr);
-	free(body);
 	if (!root || !json_is_object(json_object_get(root, "data"))) {
 		snprintf(err, errlen, "%s: HTTP 200, %s", what, root ? "no \"data\" object" : "bad JSON");
 		json_decref(root);
@@ -117,6 +109,23 @@ static int get_json(const struct pfs_target *t, const char *url, const char *wha
 	*data = json_incref(json_object_get(root, "data"));
 	json_decref(root);
 	return 0;
+}
+
+static int get_json(const struct pfs_target *t, const char *url, const char *what, json_t **data,
+		    char *err, size_t errlen)
+{
+	uint8_t *body;
+	size_t len;
+	char why[512];
+	int rc;
+
+	if (pfs_http_sync(t, url, NULL, NULL, 0, &body, &len, why, sizeof why)) {
+		snprintf(err, errlen, "%s: %s", what, why);
+		return -1;
+	}
+	rc = parse_data(body, len, what, data, err, errlen);
+	free(body);
+	return rc;
 }
 
 /* "cpu" for the CPU types, else the type's middle part ("heap_inuse_space"). */
@@ -140,15 +149,19 @@ static void app_url(struct pfs_cluster *c, const char *app, char *out, size_t ou
 	free(a);
 }
 
-static void add_app(struct pfs_cluster *c, const struct pfs_target *t, const char *app)
+/* An app's profile types from its profiling view (f: its answer). */
+static void add_app(struct pfs_cluster *c, const char *app, struct pfs_fetch *f)
 {
-	char url[4096], err[512];
+	char err[512];
 	json_t *data, *profiles, *p;
 	struct pfs_cluster types = {0}; /* a scratch list, for pfs_api_add_type */
 	size_t i;
 
-	app_url(c, app, url, sizeof url);
-	if (get_json(t, url, "profiling", &data, err, sizeof err)) {
+	if (!f->ok) {
+		pfs_warn("%s: app %s: profiling: %s", c->name, app, f->error);
+		return;
+	}
+	if (parse_data(f->body, f->len, "profiling", &data, err, sizeof err)) {
 		pfs_warn("%s: app %s: %s", c->name, app, err);
 		return;
 	}
@@ -187,12 +200,30 @@ static int discover(struct pfs_cluster *c, char *err, size_t errlen)
 	const struct pfs_target *t = session_target(c);
 	if (get_json(t, url, "applications", &data, err, errlen))
 		return -1;
+	/* every app's profiling view at once: a hanging app costs one
+	 * timeout, not one each */
 	apps = json_object_get(data, "applications");
+	size_t n = 0, cap = json_array_size(apps);
+	const char **ids = calloc(cap ? cap : 1, sizeof *ids);
+	char **urls = calloc(cap ? cap : 1, sizeof *urls);
+	struct pfs_fetch *res = calloc(cap ? cap : 1, sizeof *res);
 	json_array_foreach(apps, i, a) {
 		const char *id = json_string_value(json_object_get(a, "id"));
-		if (id && *id)
-			add_app(c, t, id);
+		if (!id || !*id)
+			continue;
+		ids[n] = id;
+		urls[n] = malloc(4096);
+		app_url(c, id, urls[n++], 4096);
 	}
+	pfs_http_sync_many(t, urls, n, res);
+	for (i = 0; i < n; i++) {
+		add_app(c, ids[i], &res[i]);
+		pfs_fetch_release(&res[i]);
+		free(urls[i]);
+	}
+	free(ids);
+	free(urls);
+	free(res);
 	json_decref(data);
 	return 0;
 }
@@ -382,4 +413,5 @@ const struct pfs_source_ops pfs_source_coroot = {
 	.discover = discover,
 	.start = start,
 	.cleanup = cleanup,
+	.decode = decode,
 };

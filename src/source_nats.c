@@ -163,6 +163,13 @@ static int decode_reply(const char *data, size_t len, uint8_t **gz, size_t *gzle
 	return rc;
 }
 
+static int decode(struct pfs_job *j, const uint8_t *body, size_t len, uint8_t **gz, size_t *gzlen,
+		  char *err, size_t errlen)
+{
+	(void)j;
+	return decode_reply((const char *)body, len, gz, gzlen, err, errlen);
+}
+
 static void *fetch_thread(void *arg)
 {
 	struct pfs_job *j = arg;
@@ -260,4 +267,5 @@ const struct pfs_source_ops pfs_source_nats = {
 	.discover = discover,
 	.start = start,
 	.cleanup = cleanup,
+	.decode = decode,
 };

@@ -163,4 +163,5 @@ const struct pfs_source_ops pfs_source_parca = {
 	.windows = true,
 	.discover = discover,
 	.start = start,
+	.decode = decode,
 };

@@ -3,6 +3,7 @@
  * already the gzip'd profile.proto that is served. */
 #include "source.h"
 
+#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,17 +19,43 @@ static int decode_as_is(struct pfs_job *j, const uint8_t *body, size_t len, uint
 	return 0;
 }
 
+/* <base>/<name>[?seconds=N]: the name joins the base URL's path, and a
+ * query the base has (a token, say) is kept, the seconds added to it. */
+static void profile_url(const struct pfs_target *t, const char *name, long seconds, char *out,
+			size_t outlen)
+{
+	CURLU *u = curl_url();
+	char *path = NULL, *url = NULL, q[32];
+
+	out[0] = '\0';
+	if (curl_url_set(u, CURLUPART_URL, t->url, 0) == CURLUE_OK &&
+	    curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK) {
+		size_t n = strlen(path) + strlen(name) + 2;
+		char *p = malloc(n);
+		snprintf(p, n, "%s%s%s", path, path[strlen(path) - 1] == '/' ? "" : "/", name);
+		curl_url_set(u, CURLUPART_PATH, p, 0);
+		free(p);
+		if (seconds) {
+			snprintf(q, sizeof q, "seconds=%ld", seconds);
+			curl_url_set(u, CURLUPART_QUERY, q, CURLU_APPENDQUERY);
+		}
+		if (curl_url_get(u, CURLUPART_URL, &url, 0) == CURLUE_OK)
+			snprintf(out, outlen, "%s", url);
+	}
+	curl_free(path);
+	curl_free(url);
+	curl_url_cleanup(u);
+}
+
 static void start(struct pfs_job *j)
 {
 	const struct pfs_service *s = j->svc;
 	const struct pfs_target *t = &s->targets[j->file->target];
+	bool cpu = j->file->profile == PFS_CPU;
+	const char *name = cpu ? "profile" : pfs_profile_names[j->file->profile];
 
-	if (j->file->profile == PFS_CPU)
-		snprintf(j->url, sizeof j->url, "%s/profile?seconds=%ld", t->url, (long)s->cpu_seconds);
-	else
-		snprintf(j->url, sizeof j->url, "%s/%s", t->url, pfs_profile_names[j->file->profile]);
-	snprintf(j->what, sizeof j->what, "%s/%s", t->log_url,
-		 j->file->profile == PFS_CPU ? "profile" : pfs_profile_names[j->file->profile]);
+	profile_url(t, name, cpu ? (long)s->cpu_seconds : 0, j->url, sizeof j->url);
+	snprintf(j->what, sizeof j->what, "%s/%s", t->log_url, name);
 	pfs_http_start(j, t, NULL, decode_as_is);
 }
 
@@ -37,4 +64,5 @@ const struct pfs_source_ops pfs_source_pprof = {
 	.windows = false,
 	.discover = NULL,
 	.start = start,
+	.decode = decode_as_is,
 };

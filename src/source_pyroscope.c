@@ -149,4 +149,5 @@ const struct pfs_source_ops pfs_source_pyroscope = {
 	.windows = true,
 	.discover = discover,
 	.start = start,
+	.decode = decode,
 };

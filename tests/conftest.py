@@ -21,7 +21,7 @@ GOAPP = BUILD / "goapp"
 PROFILES = ["heap", "allocs", "goroutine", "block", "mutex", "threadcreate", "cpu"]
 # Sanitizer builds (build-asan/) abort on the first report; the report is in
 # the daemon's log, which teardown checks.
-SANITIZER_ENV = {"ASAN_OPTIONS": "abort_on_error=1:detect_leaks=0:detect_stack_use_after_return=1",
+SANITIZER_ENV = {"ASAN_OPTIONS": "abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=1",
                  "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer")
 

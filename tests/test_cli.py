@@ -152,3 +152,16 @@ def test_mount_t_fuse_profilefs_like_fstab(goapp, tmp_path):
         assert "ro" in fields[3].split(",")  # read-only even when asked for rw
     finally:
         unmount(mnt)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_signal_unmounts_and_exits_0(goapp, mount, sig):
+    """systemd stops with SIGTERM: a clean stop, not a failure (exit 0)."""
+    import signal
+    app = goapp()
+    m = mount(config_for({"app": [app.base]}))
+    (m.path / "local/app/latest/heap.pb.gz").read_bytes()
+    m.proc.send_signal(getattr(signal, sig))
+    assert m.proc.wait(timeout=10) == 0, m.log()
+    wait_for(lambda: not is_mounted(m.path), what="unmount")
+    assert "unmounting" in m.log()

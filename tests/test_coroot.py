@@ -115,3 +115,20 @@ def test_too_deep_flamegraph_is_eio_with_reason(fake, mount):
     line = assert_fetch_fails(m, f"coroot/{APP}/{w}/cpu.pb.gz",
                               "prod:default:Deployment:api", "maximum parsing depth")
     assert m.proc.poll() is None, line
+
+
+def test_hanging_apps_cost_one_timeout_not_one_each(mount):
+    """Discovery asks every app's profiling view at once: 10 apps that hang
+    take one timeout (2 s), not 10 x 2 s, and the others are found."""
+    hanging = [f"ns:Deployment:hang{i}" for i in range(10)]
+    fake = Fake(hanging + ["prod:default:Deployment:api"])
+    fake.hang = set(hanging)
+    try:
+        m = mount(cfg(fake))
+        t0 = time.monotonic()
+        assert os.listdir(m.path / "coroot") == [APP]
+        assert time.monotonic() - t0 < 5
+        warns = [l for l in m.log().splitlines() if ": warning: " in l and "hang" in l]
+        assert len(warns) == 10 and all("timed out" in w.lower() for w in warns), warns
+    finally:
+        fake.stop()

@@ -140,3 +140,41 @@ def test_userinfo_in_url_is_not_logged(goapp, mount):
     log = m.log()
     assert "pa55word" not in log and "k3y" not in log and "user:" not in log
     assert f"127.0.0.1:{app.port}/fault/status500/debug/pprof/heap" in m.error_lines()[0]
+
+
+@pytest.mark.parametrize("mode,secret,who", [
+    (0o640, {"bearer_token": "abc"}, "its group"),
+    (0o604, {"bearer_token": "abc"}, "others"),
+    (0o640, {"url": "userinfo"}, "its group"),
+    (0o644, {"url": "query"}, "others"),
+])
+def test_secrets_warning_counts_group_and_url_credentials(goapp, mount, mode, secret, who):
+    app = goapp()
+    if secret.get("url") == "userinfo":
+        svc = {"targets": [f"http://u:pa55@127.0.0.1:{app.port}/debug/pprof"]}
+    elif secret.get("url") == "query":
+        svc = {"targets": [f"{app.base}?token=t0k"]}
+    else:
+        svc = dict(secret, targets=[app.base])
+    m = mount(config_for({"app": svc}))
+    m.stop()
+    m.config_path.chmod(mode)
+    m.start()
+    warn = [l for l in m.log().splitlines() if ": warning: " in l]
+    assert len(warn) == 1 and f"readable by {who}" in warn[0], warn
+    assert "pa55" not in m.log() and "t0k" not in m.log() and "abc" not in m.log()
+
+
+def test_query_in_target_url_stays_the_query(goapp, mount, tmp_path):
+    """A base URL with a query (a token, say): the profile name goes into
+    the path, cpu's seconds join the query."""
+    app = goapp("-token", "q")
+    # the Go app checks the Authorization header; the query must reach it unchanged
+    url = f"{app.base}?debug=0"
+    m = mount(config_for({"app": {"targets": [url], "bearer_token": "q",
+                                  "profiles": ["heap", "cpu"]}}))
+    for name in ("heap", "cpu"):
+        out = tmp_path / f"{name}.pb.gz"
+        out.write_bytes((m.path / f"local/app/latest/{name}.pb.gz").read_bytes())
+        pprof_top(out)
+    assert m.error_lines() == []

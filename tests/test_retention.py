@@ -45,3 +45,17 @@ def test_retention_runs_while_mounted(goapp, mount, tmp_path):
     assert rounds("a") and rounds("b")
     wait_for(lambda: not rounds("b"), timeout=10, what="b's round to age out")
     assert not rounds("a")
+
+
+def test_api_cluster_listed_before_any_discovery(mount):
+    """An API cluster whose discovery fails has no services yet: listing it
+    and .status.json work (memcpy(NULL, 0) before: UB, caught by UBSan)."""
+    import json
+    from conftest import free_port
+    url = f"http://127.0.0.1:{free_port()}"
+    m = mount({"clusters": {"pyro": {"kind": "pyroscope", "url": url, "timeout": 1},
+                            "parca": {"kind": "parca", "url": url, "timeout": 1}}})
+    assert json.loads((m.path / ".status.json").read_text())["targets"] == []
+    assert os.listdir(m.path / "pyro") == [] and os.listdir(m.path / "parca") == []
+    assert json.loads((m.path / ".status.json").read_text())["targets"] == []
+    assert len(m.error_lines()) == 2  # one discovery failure each

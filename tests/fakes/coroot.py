@@ -67,6 +67,8 @@ class H(Handler):
         if not (u.path.startswith(prefix) and u.path.endswith("/profiling")):
             return self.reply(404, b"not found\n", "text/plain")
         app = unquote(u.path[len(prefix):-len("/profiling")])
+        if app in f.hang:
+            time.sleep(10)
         if app not in f.apps or f.mode == "notfound":
             return self.reply(404, b"application not found\n", "text/plain")
         if f.mode == "badjson":
@@ -100,4 +102,5 @@ class Fake(FakeServer):
         self.apps, self.project, self.email, self.password = apps, project, email, password
         self.session, self.empty = "sess-abc123", set()
         self.depth = 0  # > 0: CPU flame graphs are one chain this deep
+        self.hang = set()  # apps whose profiling view answers after 10 s
         super().__init__()

@@ -1,0 +1,33 @@
+/* libFuzzer: merge of two profiles (the input split at its first byte's
+ * value), each also merged with itself; a merge that succeeds must give a
+ * profile that validates. */
+#include "mem.h"
+#include "merge.h"
+#include "pprof.h"
+
+#include <stdlib.h>
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
+{
+	uint8_t *gz[2] = {NULL, NULL}, *out = NULL;
+	size_t gzlen[2] = {0, 0}, outlen, cut;
+	char err[256];
+
+	if (size < 2)
+		return 0;
+	pfs_mem_init(256u << 20);
+	cut = 1 + data[0] % (size - 1);
+	if (pfs_gzip(data + 1, cut - 1, &gz[0], &gzlen[0], err, sizeof err) == 0 &&
+	    pfs_gzip(data + cut, size - cut, &gz[1], &gzlen[1], err, sizeof err) == 0) {
+		const uint8_t *in[3] = {gz[0], gz[1], gz[0]};
+		size_t lens[3] = {gzlen[0], gzlen[1], gzlen[0]};
+		if (pfs_pprof_merge(in, lens, 3, 64u << 20, &out, &outlen, err, sizeof err) == 0) {
+			if (pfs_pprof_validate_gz(out, outlen, 256u << 20, err, sizeof err))
+				abort(); /* a merge of valid profiles is a valid profile */
+			free(out);
+		}
+	}
+	free(gz[0]);
+	free(gz[1]);
+	return 0;
+}
