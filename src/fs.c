@@ -701,6 +701,7 @@ static void submit(fuse_req_t req, enum op op, fuse_ino_t ino, struct fuse_file_
 	struct task *t = calloc(1, sizeof *t);
 	struct loc l;
 	double wait = 15;
+	int rc;
 
 	t->req = req;
 	t->op = op;
@@ -712,7 +713,10 @@ static void submit(fuse_req_t req, enum op op, fuse_ino_t ino, struct fuse_file_
 		task_free(t);
 		return;
 	}
-	if (run_task(t, true) != -EAGAIN) {
+	tl_req = req; /* a blocking wait in it (merged/) sees interrupts */
+	rc = run_task(t, true);
+	tl_req = NULL;
+	if (rc != -EAGAIN) {
 		task_free(t);
 		return;
 	}
@@ -893,16 +897,12 @@ static void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)fi;
-	tl_req = req;
 	submit(req, OP_GETATTR, ino, NULL);
-	tl_req = NULL;
 }
 
 static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	tl_req = req;
 	submit(req, OP_OPEN, ino, fi);
-	tl_req = NULL;
 }
 
 static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -938,9 +938,7 @@ static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	tl_req = req;
 	submit(req, OP_OPENDIR, ino, fi);
-	tl_req = NULL;
 }
 
 static void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

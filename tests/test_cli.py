@@ -165,3 +165,17 @@ def test_signal_unmounts_and_exits_0(goapp, mount, sig):
     assert m.proc.wait(timeout=10) == 0, m.log()
     wait_for(lambda: not is_mounted(m.path), what="unmount")
     assert "unmounting" in m.log()
+
+
+def test_build_guards_thread_stacks():
+    """Every object is built with stack-clash protection, and a frame over
+    16 KB fails the build (the flame-graph walk had 32 KB frames on the
+    fetcher thread: deep input jumped its guard page)."""
+    from conftest import BUILD
+    cmds = json.loads((BUILD / "compile_commands.json").read_text())
+    ours = [c for c in cmds if "/src/" in c["file"]]
+    assert ours
+    for c in ours:
+        cmd = c.get("command") or " ".join(c["arguments"])
+        assert "-fstack-clash-protection" in cmd, c["file"]
+        assert "-Werror=frame-larger-than=16384" in cmd, c["file"]
