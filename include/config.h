@@ -111,6 +111,7 @@ struct pfs_config {
 	size_t max_raw_bytes; /* largest profile uncompressed */
 	size_t max_memory;    /* budget of bodies and decoding in flight (mem.h) */
 	size_t decode_threads;/* worker pool (work.h) */
+	size_t max_connections, max_host_connections; /* fetcher (fetch.h) */
 	struct pfs_range merged[PFS_MAX_RANGES];
 	size_t n_merged;
 	struct pfs_cluster *clusters;

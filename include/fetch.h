@@ -40,10 +40,14 @@ struct pfs_fetch {
 	void *easy;
 	struct curl_slist *slist;
 	struct pfs_fetch *next;
-	struct pfs_fetch *active_next;
+	struct pfs_fetch *active_next, *active_prev;
 };
 
-int pfs_fetcher_start(void);
+/* At most max_connections transfers at once (the others queue, in order,
+ * their timeout not yet running); with max_host_connections > 0, at most
+ * that many connections to one host:port (curl holds the rest back, and
+ * their time waiting counts in their timeout). */
+int pfs_fetcher_start(size_t max_connections, size_t max_host_connections);
 /* Fails whatever is still in flight (done() is called) and stops. */
 void pfs_fetcher_stop(void);
 void pfs_fetch_submit(struct pfs_fetch *f);

@@ -10,6 +10,8 @@
 
 /* Before the session loop: node table, retry thread for parked requests. */
 int pfs_fs_setup(struct pfs_config *cfg);
+/* The session, for invalidations of what the kernel caches. */
+void pfs_fs_set_session(struct fuse_session *se);
 /* After it: fails what is still parked, frees the nodes. */
 void pfs_fs_teardown(void);
 extern const struct fuse_lowlevel_ops pfs_fs_ops;

@@ -36,7 +36,15 @@ void pfs_snap_sweeper_stop(void);
  * finished; interrupted() tells a blocking wait to give up (-EINTR). */
 struct pfs_service;
 typedef void (*pfs_snap_change_fn)(struct pfs_service *s);
-void pfs_snap_set_hooks(pfs_snap_change_fn on_change, bool (*interrupted)(void));
+/* on_removed(s, round): retention deleted the round (called with the
+ * snapshot lock held: it must only take note). */
+typedef void (*pfs_snap_removed_fn)(struct pfs_service *s, const char *round);
+void pfs_snap_set_hooks(pfs_snap_change_fn on_change, bool (*interrupted)(void),
+			pfs_snap_removed_fn on_removed);
+/* A round that will not change any more: not the latest while it is
+ * fresh, nothing in flight (windows: every file fetched or absent). Its
+ * directory, listing and files may be cached by the kernel. */
+bool pfs_snap_round_frozen(struct pfs_service *s, const char *round);
 /* Longest a fetch of this service can take, plus a margin. */
 double pfs_snap_max_wait(const struct pfs_service *s);
 

@@ -702,7 +702,8 @@ static int parse_top(struct parser *p, json_t *root, struct pfs_config *cfg)
 {
 	static const char *const keys[] = {"cache_dir", "retention", "latest_ttl", "retry_after",
 					   "max_profile_bytes", "max_profile_raw_bytes", "max_memory",
-					   "decode_threads", "merged", "clusters", SETTING_KEYS, NULL};
+					   "decode_threads", "max_connections", "max_host_connections",
+					   "merged", "clusters", SETTING_KEYS, NULL};
 	struct settings s = {.timeout = 10, .cpu_seconds = 10, .profiles = ALL_PROFILES};
 	const char *cache_dir = NULL, *cname;
 	json_t *clusters, *cv, *mb;
@@ -725,7 +726,9 @@ static int parse_top(struct parser *p, json_t *root, struct pfs_config *cfg)
 	}
 	if (get_size(p, root, "max_profile_raw_bytes", 4096, (json_int_t)1 << 32, &cfg->max_raw_bytes) ||
 	    get_size(p, root, "max_memory", 16 << 20, (json_int_t)1 << 40, &cfg->max_memory) ||
-	    get_size(p, root, "decode_threads", 1, 64, &cfg->decode_threads))
+	    get_size(p, root, "decode_threads", 1, 64, &cfg->decode_threads) ||
+	    get_size(p, root, "max_connections", 1, 65536, &cfg->max_connections) ||
+	    get_size(p, root, "max_host_connections", 0, 1024, &cfg->max_host_connections))
 		return -1;
 	if (parse_ranges(p, json_object_get(root, "merged"), cfg))
 		return -1;
@@ -787,6 +790,8 @@ int pfs_config_load(const char *path, struct pfs_config *cfg, char *err, size_t 
 	cfg->max_raw_bytes = 256u << 20;
 	cfg->max_memory = (size_t)1 << 30;
 	cfg->decode_threads = 2;
+	cfg->max_connections = 1024;
+	cfg->max_host_connections = 0; /* no limit: in a fleet each target is its own host */
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
 		if (jerr.line < 1)

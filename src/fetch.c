@@ -14,8 +14,9 @@
 static CURLM *g_multi;
 static pthread_t g_thread;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct pfs_fetch *g_queue;  /* submitted, not yet started */
+static struct pfs_fetch *g_queue, *g_queue_tail; /* submitted, not yet started: FIFO */
 static struct pfs_fetch *g_active; /* started; fetcher thread only */
+static size_t g_n_active, g_max_active = 1024; /* fetcher thread only */
 static bool g_stop;
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
@@ -33,15 +34,18 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
 			cap *= 2;
 		if (cap > f->max_bytes)
 			cap = f->max_bytes;
-		if (!pfs_mem_take(cap - f->cap)) {
+		/* while realloc copies, old and new buffer both exist: the new
+		 * one is charged whole, the old one given back after */
+		if (!pfs_mem_take(cap)) {
 			f->over_budget = true;
 			return 0;
 		}
 		uint8_t *b = realloc(f->body, cap);
 		if (!b) {
-			pfs_mem_give(cap - f->cap);
+			pfs_mem_give(cap);
 			return 0;
 		}
+		pfs_mem_give(f->cap);
 		f->body = b;
 		f->cap = cap;
 	}
@@ -110,7 +114,11 @@ static void start_one(struct pfs_fetch *f)
 {
 	CURL *e = make_easy(f);
 
+	g_n_active++;
+	f->active_prev = NULL;
 	f->active_next = g_active;
+	if (g_active)
+		g_active->active_prev = f;
 	g_active = f;
 	curl_multi_add_handle(g_multi, e);
 }
@@ -163,11 +171,14 @@ static void record_result(struct pfs_fetch *f, CURLcode cc)
 
 static void finish_one(struct pfs_fetch *f, CURLcode cc)
 {
-	for (struct pfs_fetch **pp = &g_active; *pp; pp = &(*pp)->active_next)
-		if (*pp == f) {
-			*pp = f->active_next;
-			break;
-		}
+	g_n_active--;
+	/* O(1): thousands are in flight at once in a large fleet */
+	if (f->active_prev)
+		f->active_prev->active_next = f->active_next;
+	else
+		g_active = f->active_next;
+	if (f->active_next)
+		f->active_next->active_prev = f->active_prev;
 	curl_multi_remove_handle(g_multi, f->easy);
 	record_result(f, cc);
 	f->done(f);
@@ -187,9 +198,20 @@ static void *fetcher_main(void *unused)
 		CURLMsg *m;
 		int running, left;
 
+		/* at most max_connections transfers exist at once: the rest wait
+		 * here, costing a queue entry, not a curl handle and a socket */
+		size_t room = g_max_active > g_n_active ? g_max_active - g_n_active : 0;
+		struct pfs_fetch **tail = &q;
+		q = NULL;
 		pthread_mutex_lock(&g_lock);
-		q = g_queue;
-		g_queue = NULL;
+		for (; g_queue && room > 0; room--) {
+			struct pfs_fetch *f = g_queue;
+			if (!(g_queue = f->next))
+				g_queue_tail = NULL;
+			f->next = NULL;
+			*tail = f;
+			tail = &f->next;
+		}
 		bool stop = g_stop;
 		pthread_mutex_unlock(&g_lock);
 		while (q) {
@@ -209,21 +231,37 @@ static void *fetcher_main(void *unused)
 		}
 		curl_multi_poll(g_multi, NULL, 0, 1000, NULL);
 	}
-	/* Fail everything still in flight. */
+	/* Fail everything still in flight, then what still waits. */
 	while (g_active) {
 		snprintf(g_active->curl_err, sizeof g_active->curl_err, "unmounting");
 		finish_one(g_active, CURLE_ABORTED_BY_CALLBACK);
 	}
+	pthread_mutex_lock(&g_lock);
+	struct pfs_fetch *q = g_queue;
+	g_queue = g_queue_tail = NULL;
+	pthread_mutex_unlock(&g_lock);
+	while (q) {
+		struct pfs_fetch *next = q->next;
+		snprintf(q->error, sizeof q->error, "HTTP 0, unmounting");
+		q->done(q);
+		q = next;
+	}
 	return NULL;
 }
 
-int pfs_fetcher_start(void)
+int pfs_fetcher_start(size_t max_connections, size_t max_host_connections)
 {
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		return -1;
 	g_multi = curl_multi_init();
 	if (!g_multi)
 		return -1;
+	/* The total is bounded by the fetcher's own queue, not by curl's: a
+	 * transfer curl holds back spends its timeout waiting. */
+	g_max_active = max_connections;
+	if (max_host_connections)
+		curl_multi_setopt(g_multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)max_host_connections);
+	curl_multi_setopt(g_multi, CURLMOPT_MAXCONNECTS, (long)max_connections);
 	return pthread_create(&g_thread, NULL, fetcher_main, NULL) == 0 ? 0 : -1;
 }
 
@@ -240,9 +278,13 @@ void pfs_fetcher_stop(void)
 
 void pfs_fetch_submit(struct pfs_fetch *f)
 {
+	f->next = NULL;
 	pthread_mutex_lock(&g_lock);
-	f->next = g_queue;
-	g_queue = f;
+	if (g_queue_tail)
+		g_queue_tail->next = f;
+	else
+		g_queue = f;
+	g_queue_tail = f;
 	pthread_mutex_unlock(&g_lock);
 	curl_multi_wakeup(g_multi);
 }

@@ -31,6 +31,8 @@
 #define LATEST "latest"
 #define DIR_TIMEOUT 1.0   /* entry and attr timeout of directories */
 #define FILE_TIMEOUT 1.0  /* of files whose snapshot exists */
+#define FROZEN_TIMEOUT 86400.0 /* of frozen rounds and their files: they never change
+				* (retention's removal invalidates them) */
 
 static struct pfs_config *g_cfg;
 static time_t g_mount_time;
@@ -338,6 +340,8 @@ static int attr_of(struct loc *l, int flags, struct stat *st, double *timeout)
 		break;
 	case N_ROUND:
 		rc = pfs_snap_round_time(l->service, l->round, flags, &t);
+		if (!rc && pfs_snap_round_frozen(l->service, l->round))
+			*timeout = FROZEN_TIMEOUT;
 		break;
 	case N_STATUS: {
 		size_t len;
@@ -352,6 +356,7 @@ static int attr_of(struct loc *l, int flags, struct stat *st, double *timeout)
 		break;
 	case N_ROUND_FILE:
 		rc = pfs_snap_stat(l->service, l->round, l->file, flags, &size, &t);
+		*timeout = FROZEN_TIMEOUT; /* a file that exists never changes */
 		break;
 	case N_RANGE_FILE:
 		rc = pfs_merged_stat(l->service, l->range, l->key, &size, &t);
@@ -667,6 +672,8 @@ static int run_task(struct task *t, bool may_wait)
 			return 0;
 		}
 		t->fi.fh = (uint64_t)(uintptr_t)d;
+		if (l.node == N_ROUND && pfs_snap_round_frozen(l.service, l.round))
+			t->fi.cache_readdir = t->fi.keep_cache = 1; /* the kernel keeps the listing */
 		open_track(&d->ref, listing_ref_free);
 		unpark(t);
 		if (fuse_reply_open(t->req, &t->fi) == -ENOENT)
@@ -736,6 +743,53 @@ static void submit(fuse_req_t req, enum op op, fuse_ino_t ino, struct fuse_file_
 	pthread_mutex_unlock(&g_park_lock);
 }
 
+/* Rounds retention removed, for the kernel to forget ("/c/s" and round). */
+struct inval {
+	char *dir, *name;
+	struct inval *next;
+};
+static struct inval *g_invals; /* g_park_lock */
+static struct fuse_session *g_se;
+
+void pfs_fs_set_session(struct fuse_session *se) { g_se = se; }
+
+static void on_removed(struct pfs_service *s, const char *round)
+{
+	struct inval *iv = calloc(1, sizeof *iv);
+	size_t n = strlen(s->cluster->name) + strlen(s->name) + 3;
+
+	iv->dir = malloc(n);
+	snprintf(iv->dir, n, "/%s/%s", s->cluster->name, s->name);
+	iv->name = strdup(round);
+	pthread_mutex_lock(&g_park_lock);
+	iv->next = g_invals;
+	g_invals = iv;
+	g_dirty = true;
+	pthread_cond_signal(&g_park_cond);
+	pthread_mutex_unlock(&g_park_lock);
+}
+
+/* On the retry thread, no lock held: the kernel's invalidation may wait
+ * for a lookup in that directory, which may wait for the snapshot lock. */
+static void run_invals(struct inval *iv)
+{
+	while (iv) {
+		struct inval *next = iv->next;
+		fuse_ino_t ino = 0;
+		pthread_mutex_lock(&g_nodes_lock);
+		for (struct inode *nd = g_by_path[hash_str(iv->dir) % g_buckets]; nd; nd = nd->next_path)
+			if (strcmp(nd->path, iv->dir) == 0)
+				ino = nd->ino;
+		pthread_mutex_unlock(&g_nodes_lock);
+		if (ino && g_se) /* else the kernel never looked it up */
+			fuse_lowlevel_notify_inval_entry(g_se, ino, iv->name, strlen(iv->name));
+		free(iv->dir);
+		free(iv->name);
+		free(iv);
+		iv = next;
+	}
+}
+
 static void on_change(struct pfs_service *s)
 {
 	(void)s;
@@ -769,8 +823,11 @@ static void *retry_main(void *unused)
 			pthread_cond_timedwait(&g_park_cond, &g_park_lock, &dl);
 		g_dirty = false;
 		struct task *list = g_parked, *keep = NULL;
+		struct inval *invals = g_invals;
 		g_parked = NULL;
+		g_invals = NULL;
 		pthread_mutex_unlock(&g_park_lock);
+		run_invals(invals);
 		while (list) {
 			struct task *t = list;
 			list = t->next;
@@ -1014,7 +1071,7 @@ int pfs_fs_setup(struct pfs_config *cfg)
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&g_park_cond, &ca);
-	pfs_snap_set_hooks(on_change, interrupted);
+	pfs_snap_set_hooks(on_change, interrupted, on_removed);
 	return pthread_create(&g_retry_thread, NULL, retry_main, NULL) ? -1 : 0;
 }
 
@@ -1025,7 +1082,9 @@ void pfs_fs_teardown(void)
 	pthread_cond_signal(&g_park_cond);
 	pthread_mutex_unlock(&g_park_lock);
 	pthread_join(g_retry_thread, NULL);
-	pfs_snap_set_hooks(NULL, NULL);
+	pfs_snap_set_hooks(NULL, NULL, NULL);
+	run_invals(g_invals); /* the session is gone: only frees them */
+	g_invals = NULL;
 	nodes_free();
 	while (g_open.next != &g_open)
 		g_open.next->free(g_open.next);

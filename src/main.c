@@ -108,6 +108,7 @@ static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_ar
 	se = fuse_session_new(args, &pfs_fs_ops, sizeof pfs_fs_ops, NULL);
 	if (!se)
 		return EXIT_USAGE; /* an unknown -o option: libfuse said which */
+	pfs_fs_set_session(se);
 	if (fuse_session_mount(se, opts->mountpoint))
 		goto out_destroy;
 	if (fuse_daemonize(opts->foreground))
@@ -117,7 +118,7 @@ static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_ar
 	pfs_cache_note_pid();
 	pfs_mem_init(cfg->max_memory);
 	if (fuse_set_signal_handlers(se) || pfs_work_start((int)cfg->decode_threads) ||
-	    pfs_fetcher_start() || pfs_fs_setup(cfg) || pfs_snap_sweeper_start()) {
+	    pfs_fetcher_start(cfg->max_connections, cfg->max_host_connections) || pfs_fs_setup(cfg) || pfs_snap_sweeper_start()) {
 		pfs_err("cannot start (signal handlers or threads)");
 		goto out_unmount; /* threads started are ended with the process */
 	}
@@ -140,6 +141,7 @@ static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_ar
 	pfs_info("unmounting %s%s", opts->mountpoint, rc > 0 ? " (signal)" : "");
 	rc = rc < 0 ? 1 : 0;
 	fuse_remove_signal_handlers(se);
+	pfs_fs_set_session(NULL);
 	fuse_session_unmount(se);
 	pfs_snap_sweeper_stop();
 	pfs_fetcher_stop(); /* fails what is in flight: their jobs go to the pool */

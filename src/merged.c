@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,14 @@ struct memo {
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* held while building */
-static struct memo *g_memos;
+/* memos by service: g_memos[hash of the service pointer] */
+#define MEMO_BUCKETS 4096
+static struct memo *g_memos[MEMO_BUCKETS];
+
+static struct memo **bucket(const struct pfs_service *s)
+{
+	return &g_memos[((uintptr_t)s >> 4) % MEMO_BUCKETS];
+}
 
 const struct pfs_range *pfs_merged_range(const struct pfs_config *cfg, const char *name)
 {
@@ -150,7 +158,7 @@ static struct memo *memo_for(struct pfs_service *s, const struct pfs_range *r, c
 {
 	struct memo *m;
 
-	for (m = g_memos; m; m = m->next)
+	for (m = *bucket(s); m; m = m->next)
 		if (m->svc == s && m->range == r && strcmp(m->key, key) == 0)
 			return m;
 	m = calloc(1, sizeof *m);
@@ -159,8 +167,8 @@ static struct memo *memo_for(struct pfs_service *s, const struct pfs_range *r, c
 	snprintf(m->key, sizeof m->key, "%s", key);
 	m->sig = 0;
 	m->rc = -ENOENT;
-	m->next = g_memos;
-	g_memos = m;
+	m->next = *bucket(s);
+	*bucket(s) = m;
 	return m;
 }
 
@@ -209,10 +217,11 @@ int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char
 void pfs_merged_free(void)
 {
 	pthread_mutex_lock(&g_lock);
-	while (g_memos) {
-		struct memo *m = g_memos;
-		g_memos = m->next;
-		free(m);
-	}
+	for (size_t i = 0; i < MEMO_BUCKETS; i++)
+		while (g_memos[i]) {
+			struct memo *m = g_memos[i];
+			g_memos[i] = m->next;
+			free(m);
+		}
 	pthread_mutex_unlock(&g_lock);
 }

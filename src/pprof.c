@@ -43,17 +43,19 @@ int pfs_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out, siz
 				goto fail;
 			}
 			size_t want = cap * 2 > max_out ? max_out : cap * 2;
-			if (!pfs_mem_take(want - held)) {
+			/* old and new buffer both exist while realloc copies */
+			if (!pfs_mem_take(want)) {
 				snprintf(err, errlen, "memory budget spent inflating (max_memory %zu bytes)",
 					 pfs_mem_max());
 				goto fail;
 			}
 			uint8_t *b = realloc(buf, want);
 			if (!b) {
-				pfs_mem_give(want - held);
+				pfs_mem_give(want);
 				snprintf(err, errlen, "out of memory inflating");
 				goto fail;
 			}
+			pfs_mem_give(held);
 			held = cap = want;
 			buf = b;
 		}

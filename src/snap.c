@@ -48,11 +48,14 @@ static pthread_cond_t g_cond;
 static struct pfs_config *g_cfg;
 static pfs_snap_change_fn g_on_change;
 static bool (*g_interrupted)(void);
+static pfs_snap_removed_fn g_on_removed;
 
-void pfs_snap_set_hooks(pfs_snap_change_fn on_change, bool (*interrupted)(void))
+void pfs_snap_set_hooks(pfs_snap_change_fn on_change, bool (*interrupted)(void),
+			pfs_snap_removed_fn on_removed)
 {
 	g_on_change = on_change;
 	g_interrupted = interrupted;
+	g_on_removed = on_removed;
 }
 
 static bool windowed(const struct pfs_service *s) { return s->cluster->src->windows; }
@@ -215,6 +218,8 @@ static void prune(struct pfs_service *s, time_t now)
 				 r->name, strerror(-rc));
 		else
 			pfs_debug("retention: removed %s/%s/%s", s->cluster->name, s->name, r->name);
+		if (g_on_removed) /* the kernel may cache it: it only queues */
+			g_on_removed(s, r->name);
 		*pp = r->next;
 		free_round(r);
 	}
@@ -640,6 +645,20 @@ int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, in
 out:
 	pthread_mutex_unlock(&g_lock);
 	return rc;
+}
+
+bool pfs_snap_round_frozen(struct pfs_service *s, const char *round)
+{
+	bool frozen;
+
+	pthread_mutex_lock(&g_lock);
+	struct round *r = windowed(s) ? find_round(s, round) : lookup_round(s, round);
+	frozen = r && !round_has(s, r, SLOT_FETCHING) &&
+		 (windowed(s) ? !round_has(s, r, SLOT_EMPTY) && !round_has(s, r, SLOT_FAILED)
+			      : round_has(s, r, SLOT_READY) &&
+				!(r == s->state->current && fresh(s, r, time(NULL))));
+	pthread_mutex_unlock(&g_lock);
+	return frozen;
 }
 
 int pfs_snap_open(struct pfs_service *s, const char *round, const char *file)

@@ -80,6 +80,10 @@ BAD_CONFIGS += [
      "clusters.p.window: must be a duration from 1s to 365d"),
     ({"clusters": {"p": {"kind": "parca", "url": "http://x", "discover_every": "nan"}}},
      "clusters.p.discover_every: must be a duration from 0 to 1d"),
+    ({"max_connections": 0, "clusters": ONE}, "max_connections: must be an integer from 1 to 65536"),
+    ({"max_memory": 1.5, "clusters": ONE}, "max_memory: must be an integer from 16777216"),
+    ({"decode_threads": 1000, "clusters": ONE}, "decode_threads: must be an integer from 1 to 64"),
+    ({"max_profile_raw_bytes": -1, "clusters": ONE}, "max_profile_raw_bytes: must be an integer"),
 ]
 
 

@@ -124,3 +124,18 @@ def test_readers_racing_retention_and_short_ttl(goapp, mount, tmp_path):
         t.join(30)
     assert m.proc.poll() is None, m.log()[-2000:]
     assert errors == [], errors[:3]
+
+
+def test_max_connections_queues_the_rest_in_order(goapp, mount):
+    """max_connections bounds transfers in flight (memory, sockets); the
+    others wait their turn and all complete."""
+    app = goapp()
+    svcs = {f"s{i}": {"targets": [app.fault("delay400")], "profiles": ["heap"]} for i in range(6)}
+    m = mount(config_for(svcs, max_connections=2, timeout=10))
+    t0 = time.monotonic()
+    os.listdir(m.path / "local")  # starts all six
+    for i in range(6):
+        assert (m.path / f"local/s{i}/latest/heap.pb.gz").read_bytes()[:2] == b"\x1f\x8b"
+    took = time.monotonic() - t0
+    assert 1.1 < took < 5, took  # three rounds of two, 0.4 s each
+    assert m.error_lines() == []

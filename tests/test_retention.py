@@ -59,3 +59,23 @@ def test_api_cluster_listed_before_any_discovery(mount):
     assert os.listdir(m.path / "pyro") == [] and os.listdir(m.path / "parca") == []
     assert json.loads((m.path / ".status.json").read_text())["targets"] == []
     assert len(m.error_lines()) == 2  # one discovery failure each
+
+
+def test_frozen_rounds_are_kernel_cached_and_forgotten_when_removed(goapp, mount):
+    """A frozen round's directory and files are cached by the kernel (stat
+    again costs no request), and when retention removes the round the
+    kernel forgets it: it is gone from stat at once, not a day later."""
+    app = goapp()
+    m = mount(config_for({"a": {"targets": [app.base], "profiles": ["heap"]}},
+                         retention=3, latest_ttl=1), extra_args=["-d"])
+    (m.path / "local/a/latest/heap.pb.gz").read_bytes()
+    [rnd] = [d for d in os.listdir(m.path / "local/a") if d[0].isdigit()]
+    time.sleep(1.2)  # latest moves on: the round is frozen
+    f = m.path / "local/a" / rnd / "heap.pb.gz"
+    os.stat(f)
+    before = m.log().count("GETATTR")
+    for _ in range(20):
+        os.stat(f)
+    assert m.log().count("GETATTR") == before  # from the kernel's cache
+    wait_for(lambda: not (m.cache / "local/a" / rnd).exists(), timeout=10, what="retention")
+    wait_for(lambda: not os.path.exists(f), timeout=2, what="the kernel to forget the round")
