@@ -75,8 +75,12 @@ int pfs_snap_list_files(struct pfs_service *s, const char *round, int flags, pfs
  * -ENOENT if it does not exist, -EIO if its fetch failed. */
 int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, int flags,
 		  off_t *size, time_t *mtime);
-/* Open a frozen file of a round (its cache file, by the file's key). */
-int pfs_snap_open(struct pfs_service *s, const char *round, const char *file);
+/* pfs_snap_latest and pfs_snap_stat that also open the file's cache file
+ * (*fd) in the same look, so retention cannot remove it in between. */
+int pfs_snap_latest_fd(struct pfs_service *s, int file, int flags, char round[PFS_ROUND_NAME_MAX],
+		       off_t *size, time_t *mtime, int *fd);
+int pfs_snap_stat_fd(struct pfs_service *s, const char *round, const char *file, int flags,
+		     off_t *size, time_t *mtime, int *fd);
 /* The time of a round that exists (scrapes: once its fetches are done). */
 int pfs_snap_round_time(struct pfs_service *s, const char *round, int flags, time_t *t);
 

@@ -538,18 +538,16 @@ static int open_file(struct loc *l, int flags, struct fuse_file_info *fi, struct
 		fi->direct_io = 1;
 		break;
 	case N_LATEST_FILE:
-		if ((rc = pfs_snap_latest(l->service, l->slot, flags, round, &size, &t)))
+		if ((rc = pfs_snap_latest_fd(l->service, l->slot, flags, round, &size, &t, &fd)))
 			break;
 		/* latest moves on to a new snapshot: no page cache across opens,
 		 * reads not bounded by a size the kernel cached before. */
 		fi->direct_io = 1;
-		fd = pfs_snap_open(l->service, round, l->file);
 		break;
 	case N_ROUND_FILE:
-		if ((rc = pfs_snap_stat(l->service, l->round, l->file, flags, &size, &t)))
+		if ((rc = pfs_snap_stat_fd(l->service, l->round, l->file, flags, &size, &t, &fd)))
 			break;
 		fi->keep_cache = 1; /* frozen snapshot: cached pages stay valid */
-		fd = pfs_snap_open(l->service, l->round, l->file);
 		break;
 	case N_RANGE_FILE:
 		fi->direct_io = 1; /* rebuilt when new snapshots arrive */

@@ -149,6 +149,14 @@ static struct round *get_round(struct pfs_service *s, time_t t)
 	return r;
 }
 
+/* The cache file of a ready slot, opened with g_lock held: prune (which
+ * takes g_lock) cannot remove it between the look and the open. */
+static int open_slot(struct pfs_service *s, struct round *r, int slot)
+{
+	int fd = pfs_cache_open(s->cluster->name, s->name, r->name, s->files[slot].key);
+	return fd == -ENOENT ? -EIO : fd; /* ready but not on disk: the cache lost it */
+}
+
 /* The round a <time> name stands for, if it is shown. */
 static struct round *lookup_round(struct pfs_service *s, const char *name)
 {
@@ -623,6 +631,12 @@ out:
 int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, int flags,
 		  off_t *size, time_t *mtime)
 {
+	return pfs_snap_stat_fd(s, round, file, flags, size, mtime, NULL);
+}
+
+int pfs_snap_stat_fd(struct pfs_service *s, const char *round, const char *file, int flags,
+		     off_t *size, time_t *mtime, int *fd)
+{
 	int slot = pfs_snap_file_index(s, file), rc = -ENOENT;
 
 	if (slot < 0)
@@ -639,6 +653,8 @@ int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, in
 		*size = r->slots[slot].size;
 		*mtime = r->t;
 		rc = 0;
+		if (fd && (*fd = open_slot(s, r, slot)) < 0)
+			rc = *fd;
 	} else if (r && windowed(s) && r->slots[slot].st == SLOT_FAILED) {
 		rc = -EIO;
 	}
@@ -659,14 +675,6 @@ bool pfs_snap_round_frozen(struct pfs_service *s, const char *round)
 				!(r == s->state->current && fresh(s, r, time(NULL))));
 	pthread_mutex_unlock(&g_lock);
 	return frozen;
-}
-
-int pfs_snap_open(struct pfs_service *s, const char *round, const char *file)
-{
-	int slot = pfs_snap_file_index(s, file);
-
-	return slot < 0 ? -ENOENT
-			: pfs_cache_open(s->cluster->name, s->name, round, s->files[slot].key);
 }
 
 int pfs_snap_round_time(struct pfs_service *s, const char *round, int flags, time_t *t)
@@ -756,6 +764,12 @@ size_t pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t sinc
 int pfs_snap_latest(struct pfs_service *s, int slot, int flags, char round[PFS_ROUND_NAME_MAX],
 		    off_t *size, time_t *mtime)
 {
+	return pfs_snap_latest_fd(s, slot, flags, round, size, mtime, NULL);
+}
+
+int pfs_snap_latest_fd(struct pfs_service *s, int slot, int flags, char round[PFS_ROUND_NAME_MAX],
+		       off_t *size, time_t *mtime, int *fd)
+{
 	time_t now = time(NULL);
 	int rc;
 
@@ -770,6 +784,8 @@ int pfs_snap_latest(struct pfs_service *s, int slot, int flags, char round[PFS_R
 		*size = r->slots[slot].size;
 		*mtime = r->t;
 		rc = 0;
+		if (fd && (*fd = open_slot(s, r, slot)) < 0)
+			rc = *fd;
 	} else if (r->slots[slot].st == SLOT_ABSENT) {
 		rc = -ENOENT;
 	}

@@ -13,20 +13,21 @@ from fakes.hostile import Hostile, gzip_bomb
 ASAN = "asan" in str(BUILD)
 
 
-def peak_rss_mb(pid):
+def status_mb(pid, key):
+    """A memory figure of /proc/PID/status (VmRSS, VmHWM) in MB."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) / 1024
     return 0
 
 
 def rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0
+    return status_mb(pid, "VmRSS")
+
+
+def peak_rss_mb(pid):
+    return status_mb(pid, "VmHWM")
 
 
 @pytest.fixture(scope="session")
