@@ -28,11 +28,6 @@ int pfs_cache_open(const char *cluster, const char *service, const char *round, 
 int pfs_cache_stat(const char *cluster, const char *service, const char *round, const char *file,
 		   off_t *size);
 
-typedef void (*pfs_cache_visit)(const char *cluster, const char *service, const char *round,
-				const char *file, off_t size, time_t mtime, void *arg);
-/* Call visit for every stored file; the caller matches names to its config. */
-void pfs_cache_scan(pfs_cache_visit visit, void *arg);
-
 typedef void (*pfs_cache_round_fn)(const char *cluster, const char *service, const char *round,
 				   void *arg);
 /* Round directories of one service (or, with service NULL, of every

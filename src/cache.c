@@ -280,19 +280,16 @@ static void each_entry(int fd, bool want_dir, bool skip_dot,
 }
 
 struct scan {
-	pfs_cache_visit visit;
 	pfs_cache_round_fn round_fn;
 	void *arg;
-	const char *c, *s, *r;
+	const char *c, *s;
 	uint64_t bytes;
 };
 
 static void scan_file(int dir, const char *name, const struct stat *st, void *arg)
 {
 	struct scan *sc = arg;
-	(void)dir;
-	if (sc->visit)
-		sc->visit(sc->c, sc->s, sc->r, name, st->st_size, st->st_mtime, sc->arg);
+	(void)dir, (void)name;
 	sc->bytes += (uint64_t)st->st_size;
 }
 
@@ -300,7 +297,6 @@ static void scan_round(int dir, const char *name, const struct stat *st, void *a
 {
 	struct scan *sc = arg;
 	(void)st;
-	sc->r = name;
 	if (sc->round_fn)
 		sc->round_fn(sc->c, sc->s, name, sc->arg);
 	else
@@ -321,12 +317,6 @@ static void scan_cluster(int dir, const char *name, const struct stat *st, void 
 	(void)st;
 	sc->c = name;
 	each_entry(openat(dir, name, DIR_FLAGS), true, false, scan_service, sc);
-}
-
-void pfs_cache_scan(pfs_cache_visit visit, void *arg)
-{
-	struct scan sc = {.visit = visit, .arg = arg};
-	each_entry(dup(g_root), true, true, scan_cluster, &sc);
 }
 
 void pfs_cache_rounds(const char *cluster, const char *service, pfs_cache_round_fn fn, void *arg)

@@ -275,8 +275,7 @@ void pfs_snap_service_init(struct pfs_service *s)
 	/* A remount within latest_ttl keeps serving the same latest. */
 	for (r = s->state->rounds; r && r->next; r = r->next)
 		;
-	if (r && !windowed(s) && round_has(s, r, SLOT_READY) && now >= r->t &&
-	    now - r->t < (time_t)g_cfg->latest_ttl)
+	if (r && !windowed(s) && round_has(s, r, SLOT_READY) && fresh(s, r, now))
 		s->state->current = r;
 	pthread_mutex_unlock(&g_lock);
 }
