@@ -86,6 +86,8 @@ struct pfs_cluster {
 	pthread_mutex_t discovering; /* one discovery at a time, per cluster */
 	struct pfs_service **services;
 	size_t n_services, cap_services;
+	struct pfs_service **by_name; /* open hash of services by name, for */
+	size_t name_buckets, n_indexed; /* the first n_indexed (rebuilt lazily) */
 	struct pfs_file *types; /* API sources: the files every service has */
 	size_t n_types;
 	time_t discovered_at;

@@ -19,10 +19,15 @@ const struct pfs_range *pfs_merged_range(const struct pfs_config *cfg, const cha
 size_t pfs_merged_keys(const struct pfs_service *s, const char ***keys);
 /* True if the range holds a snapshot with this merge key. */
 bool pfs_merged_has(struct pfs_service *s, const struct pfs_range *r, const char *key);
-/* Build if needed; size and mtime (the newest input's time). -ENOENT if
- * there is no input, -EIO if the merge failed (logged once). */
+/* Build if needed; size and mtime (the newest input's time), and for how
+ * many seconds that holds unless new inputs arrive (valid, may be NULL).
+ * -ENOENT if there is no input, -EIO if the merge failed (logged once). */
 int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
-		    time_t *mtime);
+		    time_t *mtime, double *valid);
+/* The same without building: -EAGAIN unless built from the current inputs
+ * (and for windows, whose inputs are fetched when chosen). */
+int pfs_merged_peek(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
+		    time_t *mtime, double *valid);
 /* The same, then open it: an fd or -errno. */
 int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char *key);
 

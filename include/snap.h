@@ -81,6 +81,11 @@ int pfs_snap_latest_fd(struct pfs_service *s, int file, int flags, char round[PF
 		       off_t *size, time_t *mtime, int *fd);
 int pfs_snap_stat_fd(struct pfs_service *s, const char *round, const char *file, int flags,
 		     off_t *size, time_t *mtime, int *fd);
+/* One file of a round as latest/ shows it (what latest/ pointed at when
+ * it was looked up): waits while it is fetched; -EIO if that failed,
+ * -ENOENT if the target has no such profile or the round is gone. */
+int pfs_snap_slot(struct pfs_service *s, const char *round, int slot, int flags, off_t *size,
+		  time_t *mtime, int *fd);
 /* The time of a round that exists (scrapes: once its fetches are done). */
 int pfs_snap_round_time(struct pfs_service *s, const char *round, int flags, time_t *t);
 
@@ -96,6 +101,9 @@ void pfs_snap_latest_start(struct pfs_service *s);
 int pfs_snap_latest_all(struct pfs_service *s, int flags, pfs_snap_file_fn fn, void *arg);
 /* Time of the latest round, or 0 if there is none yet. */
 time_t pfs_snap_latest_time(struct pfs_service *s);
+/* How long (seconds) latest is sure to stay the round it is now: what the
+ * kernel may cache of latest/. 0 while it fetches, or for windows. */
+double pfs_snap_latest_valid(struct pfs_service *s);
 
 /* A frozen file that a merge reads. */
 struct pfs_snap_input {

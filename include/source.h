@@ -31,17 +31,20 @@ struct pfs_job {
 	const struct pfs_file *file;
 	time_t from, to;        /* the window; for scrapes from == to == round time */
 	long timeout_ms;
-	char what[1024];        /* where it is fetched from, for the log: no secrets */
+	char *what;             /* where it is fetched from, for the log: no secrets */
 
 	/* HTTP sources: pfs_http_start() fills and submits these. */
 	struct pfs_fetch f;
-	char url[2048];
+	char *url;              /* malloc'd, as what: set with pfs_job_set */
 	pfs_decode_fn decode;
 	uint8_t *post;          /* request body, or NULL for GET */
 	size_t post_len;
 
 	void *priv;             /* snap.c's */
 };
+
+/* *field = the formatted text (malloc'd; an earlier one is freed). */
+void pfs_job_set(char **field, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The source calls this exactly once per job, never from inside start():
  * rc 0 with gz (taken over), PFS_ABSENT, or -1 with why. */

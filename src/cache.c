@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,22 +168,17 @@ int pfs_cache_init(const char *dir, char *err, size_t errlen)
 	return 0;
 }
 
-int pfs_cache_publish(const char *cluster, const char *service, const char *round,
-		      const char *file, const uint8_t *data, size_t len, time_t mtime,
-		      char *err, size_t errlen)
+/* Write data aside (cache_dir/.tmp/<name>), not yet durable. */
+static int stage(const uint8_t *data, size_t len, time_t mtime, char name[64], char *err,
+		 size_t errlen)
 {
-	char tmp[64];
 	struct timespec ts[2] = {{mtime, 0}, {mtime, 0}};
 	static unsigned seq;
 	size_t off = 0;
-	int fd, dir = -1, e;
+	int fd;
 
-	if (!plain(file)) {
-		snprintf(err, errlen, "cache write: bad file name");
-		return -1;
-	}
-	snprintf(tmp, sizeof tmp, "%d.%u", getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
-	fd = openat(g_tmp, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	snprintf(name, 64, "%d.%u", getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
+	fd = openat(g_tmp, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		snprintf(err, errlen, "cache write: %s", strerror(errno));
 		return -1;
@@ -192,29 +188,177 @@ int pfs_cache_publish(const char *cluster, const char *service, const char *roun
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0)
-			goto fail;
+			break;
 		off += (size_t)w;
 	}
-	if (futimens(fd, ts) || fsync(fd))
-		goto fail;
-	if ((dir = round_dir(cluster, service, round, true)) < 0) {
-		errno = -dir;
-		goto fail;
+	if (off < len || futimens(fd, ts)) {
+		snprintf(err, errlen, "cache write: %s", strerror(errno));
+		close(fd);
+		unlinkat(g_tmp, name, 0);
+		return -1;
 	}
-	/* renameat replaces a symlink at file; it never writes through one */
-	if (renameat(g_tmp, tmp, dir, file))
-		goto fail;
-	close(dir);
 	close(fd);
 	return 0;
-fail:
-	e = errno;
-	snprintf(err, errlen, "cache write: %s", strerror(e));
+}
+
+/* Rename a staged file into place. */
+static int place(const char *name, const char *cluster, const char *service, const char *round,
+		 const char *file, char *err, size_t errlen)
+{
+	int dir = round_dir(cluster, service, round, true), e;
+
+	/* renameat replaces a symlink at file; it never writes through one */
+	if (dir >= 0 && renameat(g_tmp, name, dir, file) == 0) {
+		close(dir);
+		return 0;
+	}
+	e = dir < 0 ? -dir : errno;
 	if (dir >= 0)
 		close(dir);
-	close(fd);
-	unlinkat(g_tmp, tmp, 0);
+	snprintf(err, errlen, "cache write: %s", strerror(e));
+	unlinkat(g_tmp, name, 0);
 	return -1;
+}
+
+int pfs_cache_publish(const char *cluster, const char *service, const char *round,
+		      const char *file, const uint8_t *data, size_t len, time_t mtime,
+		      char *err, size_t errlen)
+{
+	char name[64];
+
+	if (!plain(file)) {
+		snprintf(err, errlen, "cache write: bad file name");
+		return -1;
+	}
+	if (stage(data, len, mtime, name, err, errlen))
+		return -1;
+	return place(name, cluster, service, round, file, err, errlen);
+}
+
+/* ---- durable publishing: group commits ----
+ * A file is renamed into place only once its data is on disk, so a crash
+ * leaves it whole or absent. One syncfs covers every file staged before
+ * it began: while it runs the next group gathers, so the cost is one sync
+ * per group, not one fsync per file. */
+
+struct commit {
+	char name[64];
+	char *cluster, *service, *round, *file;
+	pfs_cache_done_fn done;
+	void *arg;
+	struct commit *next;
+};
+
+static pthread_mutex_t g_commit_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_commit_cond = PTHREAD_COND_INITIALIZER;
+static struct commit *g_commits, **g_commits_tail = &g_commits;
+static bool g_committer, g_commit_stop;
+static pthread_t g_commit_thread;
+
+static void commit_group(struct commit *c)
+{
+	char err[256] = "";
+
+	if (syncfs(g_tmp))
+		snprintf(err, sizeof err, "cache write: sync: %s", strerror(errno));
+	while (c) {
+		struct commit *next = c->next;
+		char why[256];
+		int rc = -1;
+		if (err[0]) {
+			snprintf(why, sizeof why, "%s", err);
+			unlinkat(g_tmp, c->name, 0);
+		} else {
+			rc = place(c->name, c->cluster, c->service, c->round, c->file, why, sizeof why);
+		}
+		c->done(c->arg, rc, rc ? why : NULL);
+		free(c->cluster);
+		free(c->service);
+		free(c->round);
+		free(c->file);
+		free(c);
+		c = next;
+	}
+}
+
+static void *committer_main(void *unused)
+{
+	(void)unused;
+	pthread_mutex_lock(&g_commit_lock);
+	for (;;) {
+		while (!g_commits && !g_commit_stop)
+			pthread_cond_wait(&g_commit_cond, &g_commit_lock);
+		if (!g_commits)
+			break;
+		struct commit *group = g_commits;
+		g_commits = NULL;
+		g_commits_tail = &g_commits;
+		pthread_mutex_unlock(&g_commit_lock);
+		commit_group(group);
+		pthread_mutex_lock(&g_commit_lock);
+	}
+	pthread_mutex_unlock(&g_commit_lock);
+	return NULL;
+}
+
+int pfs_cache_committer_start(void)
+{
+	g_commit_stop = false;
+	if (pthread_create(&g_commit_thread, NULL, committer_main, NULL))
+		return -1;
+	g_committer = true;
+	return 0;
+}
+
+void pfs_cache_committer_stop(void)
+{
+	if (!g_committer)
+		return;
+	pthread_mutex_lock(&g_commit_lock);
+	g_commit_stop = true;
+	pthread_cond_signal(&g_commit_cond);
+	pthread_mutex_unlock(&g_commit_lock);
+	pthread_join(g_commit_thread, NULL);
+	g_committer = false;
+}
+
+struct pfs_staged *pfs_cache_stage(const char *cluster, const char *service, const char *round,
+				   const char *file, const uint8_t *data, size_t len, time_t mtime,
+				   char *err, size_t errlen)
+{
+	struct commit *c;
+
+	if (!plain(file)) {
+		snprintf(err, errlen, "cache write: bad file name");
+		return NULL;
+	}
+	c = calloc(1, sizeof *c);
+	if (stage(data, len, mtime, c->name, err, errlen)) {
+		free(c);
+		return NULL;
+	}
+	c->cluster = strdup(cluster);
+	c->service = strdup(service);
+	c->round = strdup(round);
+	c->file = strdup(file);
+	return (struct pfs_staged *)c;
+}
+
+void pfs_cache_commit(struct pfs_staged *staged, pfs_cache_done_fn done, void *arg)
+{
+	struct commit *c = (struct commit *)staged;
+
+	c->done = done;
+	c->arg = arg;
+	if (!g_committer) { /* no thread (tools, tests): a group of one, now */
+		commit_group(c);
+		return;
+	}
+	pthread_mutex_lock(&g_commit_lock);
+	*g_commits_tail = c;
+	g_commits_tail = &c->next;
+	pthread_cond_signal(&g_commit_cond);
+	pthread_mutex_unlock(&g_commit_lock);
 }
 
 int pfs_cache_open(const char *cluster, const char *service, const char *round, const char *file)

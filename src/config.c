@@ -846,6 +846,7 @@ void pfs_config_free(struct pfs_config *cfg)
 		for (size_t j = 0; j < c->n_services; j++)
 			free_service(c->services[j]);
 		free(c->services);
+		free(c->by_name);
 		for (size_t k = 0; k < c->n_types; k++)
 			free(c->types[k].type_id);
 		free(c->types);
@@ -877,14 +878,44 @@ struct pfs_cluster *pfs_config_cluster(struct pfs_config *cfg, const char *name)
 	return NULL;
 }
 
+static size_t name_hash(const char *s)
+{
+	size_t h = 1469598103934665603ULL;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return h;
+}
+
+/* c->lock held. Services are only ever appended: the index covers the
+ * first n_indexed and is rebuilt when more came. */
+static void index_services(struct pfs_cluster *c)
+{
+	if (c->by_name && c->n_indexed == c->n_services)
+		return;
+	free(c->by_name);
+	c->name_buckets = 16;
+	while (c->name_buckets < 2 * c->n_services)
+		c->name_buckets *= 2;
+	c->by_name = calloc(c->name_buckets, sizeof *c->by_name);
+	for (size_t i = 0; i < c->n_services; i++) {
+		size_t b = name_hash(c->services[i]->name) & (c->name_buckets - 1);
+		while (c->by_name[b])
+			b = (b + 1) & (c->name_buckets - 1);
+		c->by_name[b] = c->services[i];
+	}
+	c->n_indexed = c->n_services;
+}
+
 static struct pfs_service *find_service(struct pfs_cluster *c, const char *name)
 {
 	struct pfs_service *found = NULL;
 
 	pthread_mutex_lock(&c->lock);
-	for (size_t i = 0; i < c->n_services && !found; i++)
-		if (strcmp(c->services[i]->name, name) == 0)
-			found = c->services[i];
+	index_services(c);
+	for (size_t b = name_hash(name) & (c->name_buckets - 1); !found && c->by_name[b];
+	     b = (b + 1) & (c->name_buckets - 1))
+		if (strcmp(c->by_name[b]->name, name) == 0)
+			found = c->by_name[b];
 	pthread_mutex_unlock(&c->lock);
 	return found;
 }

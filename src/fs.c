@@ -29,10 +29,13 @@
 #include <unistd.h>
 
 #define LATEST "latest"
-#define DIR_TIMEOUT 1.0   /* entry and attr timeout of directories */
-#define FILE_TIMEOUT 1.0  /* of files whose snapshot exists */
-#define FROZEN_TIMEOUT 86400.0 /* of frozen rounds and their files: they never change
-				* (retention's removal invalidates them) */
+/* The node of latest/<file> names the round latest was when looked up:
+ * "<s>/\1latest=<round>/<file>", a name no lookup can give (\1). So its
+ * content never changes and the kernel may cache it like a round's. */
+#define LATEST_AT "\1latest="
+#define DIR_TIMEOUT 1.0   /* entry and attr timeout of windows still fetched */
+#define FROZEN_TIMEOUT 86400.0 /* of what never changes: directories, rounds and
+				* their files (retention's removal invalidates them) */
 
 static struct pfs_config *g_cfg;
 static time_t g_mount_time;
@@ -60,7 +63,8 @@ struct loc {
 	struct pfs_cluster *cluster;
 	struct pfs_service *service;
 	const struct pfs_range *range;
-	char round[PFS_ROUND_NAME_MAX];
+	char round[PFS_ROUND_NAME_MAX]; /* N_LATEST*: the round pinned, if pinned */
+	bool pinned;
 	char file[256];
 	int slot;     /* N_LATEST_FILE: index of the service's file */
 	char key[128];/* N_RANGE_FILE: merge key */
@@ -118,9 +122,14 @@ static int parse_path(const char *path, struct loc *l)
 			l->node = N_SERVICE;
 			break;
 		case 3:
-			if (strcmp(part, LATEST) == 0)
+			if (strcmp(part, LATEST) == 0) {
 				l->node = N_LATEST;
-			else if (strcmp(part, PFS_MERGED_DIR) == 0)
+			} else if (strncmp(part, LATEST_AT, strlen(LATEST_AT)) == 0) {
+				if (copy_part(l->round, sizeof l->round, part + strlen(LATEST_AT)))
+					return -ENOENT;
+				l->node = N_LATEST;
+				l->pinned = true;
+			} else if (strcmp(part, PFS_MERGED_DIR) == 0)
 				l->node = N_MERGED;
 			else if (copy_part(l->round, sizeof l->round, part) == 0)
 				l->node = N_ROUND;
@@ -168,6 +177,7 @@ static bool is_file(enum node n)
 struct inode {
 	fuse_ino_t ino;
 	uint64_t nlookup;
+	uint64_t list_sig; /* directories: of the listing last given the kernel */
 	char *path;
 	struct inode *next_ino, *next_path;
 };
@@ -281,6 +291,25 @@ static char *node_path(fuse_ino_t ino)
 	return p;
 }
 
+static uint64_t g_root_sig;
+
+/* True if a directory's listing is the one the kernel was given last
+ * (it may keep its copy); remembers it. */
+static bool listing_same(fuse_ino_t ino, uint64_t sig)
+{
+	bool same = false;
+
+	pthread_mutex_lock(&g_nodes_lock);
+	struct inode *nd = ino == FUSE_ROOT_ID ? NULL : node_by_ino(ino);
+	uint64_t *last = ino == FUSE_ROOT_ID ? &g_root_sig : nd ? &nd->list_sig : NULL;
+	if (last) {
+		same = *last == sig;
+		*last = sig;
+	}
+	pthread_mutex_unlock(&g_nodes_lock);
+	return same;
+}
+
 static void nodes_free(void)
 {
 	for (size_t i = 0; i < g_buckets; i++)
@@ -314,8 +343,9 @@ static void fill_file(struct stat *st, off_t size, time_t mtime)
 }
 
 /* Attributes of what l names, and how long the kernel may keep them.
- * Without wait: -EAGAIN while a fetch it needs is in flight. */
-static int attr_of(struct loc *l, int flags, struct stat *st, double *timeout)
+ * Without wait: -EAGAIN while a fetch it needs is in flight (at lookup,
+ * also while a merged/ file would have to be built). */
+static int attr_of(struct loc *l, int flags, bool lookup, struct stat *st, double *timeout)
 {
 	char round[PFS_ROUND_NAME_MAX];
 	off_t size = 0;
@@ -325,23 +355,28 @@ static int attr_of(struct loc *l, int flags, struct stat *st, double *timeout)
 	memset(st, 0, sizeof *st);
 	st->st_uid = getuid();
 	st->st_gid = getgid();
-	*timeout = is_file(l->node) ? FILE_TIMEOUT : DIR_TIMEOUT;
+	*timeout = FROZEN_TIMEOUT;
 	switch (l->node) {
 	case N_ROOT:
 	case N_CLUSTER:
 	case N_SERVICE:
 	case N_MERGED:
 	case N_RANGE:
+		/* never change, never go (services are only ever added) */
 		break;
 	case N_LATEST:
 		if (!(t = pfs_snap_latest_time(l->service)))
 			t = g_mount_time;
-		*timeout = 0; /* moves to the next snapshot */
+		*timeout = pfs_snap_latest_valid(l->service); /* then moves on */
 		break;
 	case N_ROUND:
 		rc = pfs_snap_round_time(l->service, l->round, flags, &t);
-		if (!rc && pfs_snap_round_frozen(l->service, l->round))
-			*timeout = FROZEN_TIMEOUT;
+		/* a scrape round found has a file and no fetch in flight: its
+		 * time is fixed (retention's removal invalidates it); a window
+		 * once every fetch of it is done */
+		if (!rc && l->service->cluster->src->windows &&
+		    !pfs_snap_round_frozen(l->service, l->round))
+			*timeout = DIR_TIMEOUT;
 		break;
 	case N_STATUS: {
 		size_t len;
@@ -352,15 +387,23 @@ static int attr_of(struct loc *l, int flags, struct stat *st, double *timeout)
 		break;
 	}
 	case N_LATEST_FILE:
+		if (l->pinned) {
+			rc = pfs_snap_slot(l->service, l->round, l->slot, flags, &size, &t, NULL);
+			break; /* its content is fixed */
+		}
+		/* at lookup: which round latest is (fs_lookup pins the node to it) */
 		rc = pfs_snap_latest(l->service, l->slot, flags, round, &size, &t);
+		memcpy(l->round, round, sizeof round);
+		*timeout = pfs_snap_latest_valid(l->service);
 		break;
 	case N_ROUND_FILE:
 		rc = pfs_snap_stat(l->service, l->round, l->file, flags, &size, &t);
-		*timeout = FROZEN_TIMEOUT; /* a file that exists never changes */
+		/* a file that exists never changes */
 		break;
 	case N_RANGE_FILE:
-		rc = pfs_merged_stat(l->service, l->range, l->key, &size, &t);
-		*timeout = 0; /* rebuilt as snapshots arrive */
+		/* rebuilt as snapshots arrive: fs tells the kernel (merged_changed) */
+		rc = lookup ? pfs_merged_peek(l->service, l->range, l->key, &size, &t, timeout)
+			    : pfs_merged_stat(l->service, l->range, l->key, &size, &t, timeout);
 		break;
 	}
 	if (rc)
@@ -431,6 +474,18 @@ static void list_free(struct listing *d)
 	free(d->names);
 	free(d->is_dir);
 	free(d);
+}
+
+static uint64_t list_sig(const struct listing *d)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (size_t i = 0; i < d->n; i++) {
+		for (const char *c = d->names[i]; *c; c++)
+			h = (h ^ (uint8_t)*c) * 1099511628211ULL;
+		h = (h ^ (d->is_dir[i] ? 2u : 1u)) * 1099511628211ULL;
+	}
+	return h | 1; /* never 0: a node not listed yet */
 }
 
 static void add_round(const char *round, time_t t, void *arg)
@@ -538,6 +593,11 @@ static int open_file(struct loc *l, int flags, struct fuse_file_info *fi, struct
 		fi->direct_io = 1;
 		break;
 	case N_LATEST_FILE:
+		if (l->pinned) {
+			if (!(rc = pfs_snap_slot(l->service, l->round, l->slot, flags, &size, &t, &fd)))
+				fi->keep_cache = 1; /* one round's: cached pages stay valid */
+			break;
+		}
 		if ((rc = pfs_snap_latest_fd(l->service, l->slot, flags, round, &size, &t, &fd)))
 			break;
 		/* latest moves on to a new snapshot: no page cache across opens,
@@ -632,7 +692,7 @@ static int run_task(struct task *t, bool may_wait)
 	}
 	switch (t->op) {
 	case OP_GETATTR:
-		rc = attr_of(&l, t->flags, &st, &timeout);
+		rc = attr_of(&l, t->flags, false, &st, &timeout);
 		if (rc == -EAGAIN && may_wait)
 			return rc;
 		if (rc) {
@@ -670,8 +730,9 @@ static int run_task(struct task *t, bool may_wait)
 			return 0;
 		}
 		t->fi.fh = (uint64_t)(uintptr_t)d;
-		if (l.node == N_ROUND && pfs_snap_round_frozen(l.service, l.round))
-			t->fi.cache_readdir = t->fi.keep_cache = 1; /* the kernel keeps the listing */
+		/* the kernel keeps its copy of the listing while it is the same */
+		t->fi.cache_readdir = 1;
+		t->fi.keep_cache = listing_same(t->ino, list_sig(d));
 		open_track(&d->ref, listing_ref_free);
 		unpark(t);
 		if (fuse_reply_open(t->req, &t->fi) == -ENOENT)
@@ -741,15 +802,65 @@ static void submit(fuse_req_t req, enum op op, fuse_ino_t ino, struct fuse_file_
 	pthread_mutex_unlock(&g_park_lock);
 }
 
-/* Rounds retention removed, for the kernel to forget ("/c/s" and round). */
+/* What the kernel must forget: a round retention removed ("/c/s" and
+ * round), or the attributes of a node (ino: a merged/ file rebuilt). */
 struct inval {
 	char *dir, *name;
+	fuse_ino_t ino;
 	struct inval *next;
 };
 static struct inval *g_invals; /* g_park_lock */
 static struct fuse_session *g_se;
 
 void pfs_fs_set_session(struct fuse_session *se) { g_se = se; }
+
+static fuse_ino_t node_find(const char *path)
+{
+	fuse_ino_t ino = 0;
+
+	pthread_mutex_lock(&g_nodes_lock);
+	for (struct inode *nd = g_buckets ? g_by_path[hash_str(path) % g_buckets] : NULL; nd;
+	     nd = nd->next_path)
+		if (strcmp(nd->path, path) == 0)
+			ino = nd->ino;
+	pthread_mutex_unlock(&g_nodes_lock);
+	return ino;
+}
+
+static void queue_inval(struct inval *iv)
+{
+	pthread_mutex_lock(&g_park_lock);
+	iv->next = g_invals;
+	g_invals = iv;
+	g_dirty = true;
+	pthread_cond_signal(&g_park_cond);
+	pthread_mutex_unlock(&g_park_lock);
+}
+
+/* The service's inputs changed: its merged/ files the kernel knows of may
+ * be rebuilt, their cached attributes go. */
+static void merged_changed(struct pfs_service *s)
+{
+	const char **keys;
+	char path[1024];
+	size_t n;
+
+	if (!g_cfg->n_merged)
+		return;
+	n = pfs_merged_keys(s, &keys);
+	for (size_t r = 0; r < g_cfg->n_merged; r++)
+		for (size_t i = 0; i < n; i++) {
+			snprintf(path, sizeof path, "/%s/%s/%s/%s/%s.pb.gz", s->cluster->name, s->name,
+				 PFS_MERGED_DIR, g_cfg->merged[r].name, keys[i]);
+			fuse_ino_t ino = node_find(path);
+			if (ino) {
+				struct inval *iv = calloc(1, sizeof *iv);
+				iv->ino = ino;
+				queue_inval(iv);
+			}
+		}
+	free(keys);
+}
 
 static void on_removed(struct pfs_service *s, const char *round)
 {
@@ -759,12 +870,8 @@ static void on_removed(struct pfs_service *s, const char *round)
 	iv->dir = malloc(n);
 	snprintf(iv->dir, n, "/%s/%s", s->cluster->name, s->name);
 	iv->name = strdup(round);
-	pthread_mutex_lock(&g_park_lock);
-	iv->next = g_invals;
-	g_invals = iv;
-	g_dirty = true;
-	pthread_cond_signal(&g_park_cond);
-	pthread_mutex_unlock(&g_park_lock);
+	queue_inval(iv);
+	merged_changed(s);
 }
 
 /* On the retry thread, no lock held: the kernel's invalidation may wait
@@ -773,14 +880,11 @@ static void run_invals(struct inval *iv)
 {
 	while (iv) {
 		struct inval *next = iv->next;
-		fuse_ino_t ino = 0;
-		pthread_mutex_lock(&g_nodes_lock);
-		for (struct inode *nd = g_by_path[hash_str(iv->dir) % g_buckets]; nd; nd = nd->next_path)
-			if (strcmp(nd->path, iv->dir) == 0)
-				ino = nd->ino;
-		pthread_mutex_unlock(&g_nodes_lock);
+		fuse_ino_t ino = iv->dir ? node_find(iv->dir) : 0;
 		if (ino && g_se) /* else the kernel never looked it up */
 			fuse_lowlevel_notify_inval_entry(g_se, ino, iv->name, strlen(iv->name));
+		if (iv->ino && g_se)
+			fuse_lowlevel_notify_inval_inode(g_se, iv->ino, 0, 0);
 		free(iv->dir);
 		free(iv->name);
 		free(iv);
@@ -790,7 +894,7 @@ static void run_invals(struct inval *iv)
 
 static void on_change(struct pfs_service *s)
 {
-	(void)s;
+	merged_changed(s);
 	pthread_mutex_lock(&g_park_lock);
 	g_dirty = true;
 	pthread_cond_signal(&g_park_cond);
@@ -899,19 +1003,17 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, ENAMETOOLONG);
 		goto out;
 	}
+	if (strchr(name, LATEST_AT[0])) { /* only fs_lookup makes such names */
+		fuse_reply_err(req, ENOENT);
+		goto out;
+	}
 	if ((rc = parse_path(path, &l))) {
 		fuse_reply_err(req, -rc);
 		goto out;
 	}
-	if (l.node == N_RANGE_FILE) {
-		/* built at getattr/open, not under the directory's lock */
-		memset(&e.attr, 0, sizeof e.attr);
-		fill_file(&e.attr, 0, g_mount_time);
-		rc = 0;
-	} else {
-		rc = attr_of(&l, 0, &e.attr, &e.attr_timeout);
-		e.entry_timeout = e.attr_timeout;
-	}
+	/* merged/ files are built at getattr/open, not under the directory's lock */
+	rc = attr_of(&l, 0, true, &e.attr, &e.attr_timeout);
+	e.entry_timeout = e.attr_timeout;
 	if (rc == -EAGAIN) {
 		/* in flight: an entry the kernel asks about again (getattr waits) */
 		memset(&e.attr, 0, sizeof e.attr);
@@ -927,6 +1029,13 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		goto out;
+	}
+	if (l.node == N_LATEST_FILE) {
+		/* the node of that round's file; the entry lasts while it is latest */
+		snprintf(path, sizeof path, "/%s/%s/%s%s/%s", l.cluster->name, l.service->name,
+			 LATEST_AT, l.round, l.file);
+		if (e.attr_timeout > 0)
+			e.attr_timeout = FROZEN_TIMEOUT;
 	}
 	e.ino = node_ref(path);
 	e.attr.st_ino = e.ino;

@@ -118,6 +118,7 @@ static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_ar
 	pfs_cache_note_pid();
 	pfs_mem_init(cfg->max_memory);
 	if (fuse_set_signal_handlers(se) || pfs_work_start((int)cfg->decode_threads) ||
+	    pfs_cache_committer_start() ||
 	    pfs_fetcher_start(cfg->max_connections, cfg->max_host_connections) || pfs_fs_setup(cfg) || pfs_snap_sweeper_start()) {
 		pfs_err("cannot start (signal handlers or threads)");
 		goto out_unmount; /* threads started are ended with the process */
@@ -146,6 +147,7 @@ static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_ar
 	pfs_snap_sweeper_stop();
 	pfs_fetcher_stop(); /* fails what is in flight: their jobs go to the pool */
 	pfs_work_stop();    /* which finishes them */
+	pfs_cache_committer_stop(); /* and commits what they stored */
 	pfs_fs_teardown();
 	goto out_destroy;
 out_unmount:

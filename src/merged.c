@@ -5,6 +5,7 @@
 #include "log.h"
 #include "merge.h"
 #include "snap.h"
+#include "source.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -23,10 +24,15 @@ struct memo {
 	int rc;        /* 0 built, -EIO failed */
 	off_t size;
 	time_t mtime;
+	time_t oldest; /* input time: the result holds until it leaves the range */
+	/* one input: the merge is that snapshot, served as it is */
+	struct pfs_snap_input single;
+	bool is_single;
+	pthread_mutex_t lock; /* held while building: builds of other files run */
 	struct memo *next;
 };
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* held while building */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* the memo table */
 /* memos by service: g_memos[hash of the service pointer] */
 #define MEMO_BUCKETS 4096
 static struct memo *g_memos[MEMO_BUCKETS];
@@ -115,13 +121,28 @@ static void dir_name(const struct pfs_range *r, char *out, size_t outlen)
 	snprintf(out, outlen, ".merged-%s", r->name);
 }
 
-/* Merge and store; fills m. g_lock held. */
+/* Merge and store; fills m. m->lock held. */
 static void build(struct pfs_service *s, const struct pfs_range *r, const char *key,
 		  const struct pfs_snap_input *in, size_t n, struct memo *m)
 {
-	uint8_t **bufs = calloc(n, sizeof *bufs), *gz = NULL;
-	size_t *lens = calloc(n, sizeof *lens), gzlen = 0;
+	uint8_t **bufs, *gz = NULL;
+	size_t *lens, gzlen = 0;
 	char err[512] = "", dir[64], file[160];
+
+	m->is_single = false;
+	if (n == 1) {
+		m->mtime = m->oldest = in[0].t;
+		m->rc = pfs_cache_stat(s->cluster->name, s->name, in[0].round, in[0].file, &m->size)
+			    ? -EIO : 0;
+		m->single = in[0];
+		m->is_single = m->rc == 0;
+		if (m->rc)
+			pfs_err("merge %s/%s/%s/%s/%s.pb.gz: snapshot %s/%s is gone", s->cluster->name,
+				s->name, PFS_MERGED_DIR, r->name, key, in[0].round, in[0].file);
+		return;
+	}
+	bufs = calloc(n, sizeof *bufs);
+	lens = calloc(n, sizeof *lens);
 
 	for (size_t i = 0; i < n && !err[0]; i++) {
 		int fd = pfs_cache_open(s->cluster->name, s->name, in[i].round, in[i].file);
@@ -132,6 +153,10 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 			close(fd);
 	}
 	m->mtime = in[n - 1].t;
+	m->oldest = in[0].t;
+	for (size_t i = 1; i < n; i++)
+		if (in[i].t < m->oldest)
+			m->oldest = in[i].t;
 	dir_name(r, dir, sizeof dir);
 	snprintf(file, sizeof file, "%s.pb.gz", key);
 	if (!err[0] && pfs_pprof_merge((const uint8_t *const *)bufs, lens, n, 1u << 30, &gz, &gzlen,
@@ -167,46 +192,93 @@ static struct memo *memo_for(struct pfs_service *s, const struct pfs_range *r, c
 	snprintf(m->key, sizeof m->key, "%s", key);
 	m->sig = 0;
 	m->rc = -ENOENT;
+	pthread_mutex_init(&m->lock, NULL);
 	m->next = *bucket(s);
 	*bucket(s) = m;
 	return m;
 }
 
-int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
-		    time_t *mtime)
+/* Seconds m holds: until its oldest input leaves the range (a new input
+ * invalidates it sooner: fs.c tells the kernel). Windows: not at all. */
+static double valid_for(const struct pfs_service *s, const struct pfs_range *r,
+			const struct memo *m)
+{
+	double left = (double)m->oldest + r->seconds - (double)time(NULL) - 1;
+
+	return s->cluster->src->windows || m->rc || left < 0 ? 0 : left;
+}
+
+static int stat_ex(struct pfs_service *s, const struct pfs_range *r, const char *key, bool build_it,
+		   off_t *size, time_t *mtime, double *valid)
 {
 	struct pfs_snap_input *in;
-	size_t n = inputs(s, r, key, &in);
+	size_t n;
 	int rc;
 
-	if (n == 0) {
+	if (!build_it && s->cluster->src->windows)
+		return -EAGAIN; /* choosing inputs fetches windows */
+	if ((n = inputs(s, r, key, &in)) == 0) {
 		free(in);
 		return -ENOENT;
 	}
 	uint64_t sig = signature(in, n);
 	pthread_mutex_lock(&g_lock);
 	struct memo *m = memo_for(s, r, key);
-	if (m->sig != sig || m->rc == -ENOENT) {
-		m->sig = sig;
-		build(s, r, key, in, n, m);
-	}
-	rc = m->rc;
-	*size = m->size;
-	*mtime = m->mtime;
 	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_lock(&m->lock);
+	rc = 0;
+	if (m->sig != sig || m->rc == -ENOENT) {
+		if (build_it) {
+			m->sig = sig;
+			build(s, r, key, in, n, m);
+		} else {
+			rc = -EAGAIN;
+		}
+	}
+	if (!rc) {
+		rc = m->rc;
+		*size = m->size;
+		*mtime = m->mtime;
+		if (valid)
+			*valid = valid_for(s, r, m);
+	}
+	pthread_mutex_unlock(&m->lock);
 	free(in);
 	return rc;
 }
 
+int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
+		    time_t *mtime, double *valid)
+{
+	return stat_ex(s, r, key, true, size, mtime, valid);
+}
+
+int pfs_merged_peek(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
+		    time_t *mtime, double *valid)
+{
+	return stat_ex(s, r, key, false, size, mtime, valid);
+}
+
 int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char *key)
 {
+	struct pfs_snap_input one;
 	char dir[64], file[160];
 	off_t size;
 	time_t mtime;
-	int rc = pfs_merged_stat(s, r, key, &size, &mtime);
+	int rc = pfs_merged_stat(s, r, key, &size, &mtime, NULL);
+	bool single;
 
 	if (rc)
 		return rc;
+	pthread_mutex_lock(&g_lock);
+	struct memo *m = memo_for(s, r, key);
+	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_lock(&m->lock);
+	single = m->is_single;
+	one = m->single;
+	pthread_mutex_unlock(&m->lock);
+	if (single)
+		return pfs_cache_open(s->cluster->name, s->name, one.round, one.file);
 	dir_name(r, dir, sizeof dir);
 	snprintf(file, sizeof file, "%s.pb.gz", key);
 	/* A rebuild renames a new file into place; this fd keeps the one
@@ -221,6 +293,7 @@ void pfs_merged_free(void)
 		while (g_memos[i]) {
 			struct memo *m = g_memos[i];
 			g_memos[i] = m->next;
+			pthread_mutex_destroy(&m->lock);
 			free(m);
 		}
 	pthread_mutex_unlock(&g_lock);

@@ -41,6 +41,7 @@ struct pfs_svc_state {
 struct job_priv {
 	struct round *round;
 	int slot;
+	size_t size; /* of the snapshot being made durable */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -411,26 +412,16 @@ static size_t stats_index(const struct pfs_service *s, int slot)
 	return s->n_targets ? s->files[slot].target : 0;
 }
 
-void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const char *why)
+/* The end of a job: its slot settles. rc as pfs_job_finish's, reason of a
+ * failure. */
+static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason)
 {
 	struct job_priv *jp = j->priv;
 	struct pfs_service *s = j->svc;
 	struct round *r = jp->round;
-	const char *file = j->file->name, *key = j->file->key;
-	char reason[512] = "", verr[256];
+	const char *file = j->file->name;
 	time_t now = time(NULL);
 
-	/* Called without g_lock, on the fetcher thread or a source's own. */
-	if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, g_cfg->max_raw_bytes, verr, sizeof verr)) {
-		snprintf(reason, sizeof reason, "invalid profile: %s", verr);
-		rc = -1;
-	} else if (rc == 0 && pfs_cache_publish(s->cluster->name, s->name, r->name, key, gz, gzlen,
-						r->t, verr, sizeof verr)) {
-		snprintf(reason, sizeof reason, "%s", verr);
-		rc = -1;
-	} else if (rc < 0) {
-		snprintf(reason, sizeof reason, "%s", why ? why : "failed");
-	}
 	if (rc == 0)
 		pfs_debug("fetched %s/%s/%s/%s: %zu bytes", s->cluster->name, s->name, r->name, file,
 			  gzlen);
@@ -462,11 +453,52 @@ void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const 
 	if (g_on_change)
 		g_on_change(s);
 
-	free(gz);
-	pfs_fetch_release(&j->f);
 	free(j->post);
+	free(j->url);
+	free(j->what);
 	free(jp);
 	free(j);
+}
+
+/* On the committer thread: the snapshot is on disk, or could not be. */
+static void published(void *arg, int rc, const char *why)
+{
+	struct pfs_job *j = arg;
+
+	settle(j, rc ? -1 : 0, ((struct job_priv *)j->priv)->size, why);
+}
+
+void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const char *why)
+{
+	struct pfs_service *s = j->svc;
+	struct job_priv *jp = j->priv;
+	struct round *r = jp->round;
+	char reason[512] = "", verr[256];
+
+	/* Called without g_lock, on a worker or a source's own thread. */
+	if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, g_cfg->max_raw_bytes, verr, sizeof verr)) {
+		snprintf(reason, sizeof reason, "invalid profile: %s", verr);
+		rc = -1;
+	} else if (rc == 0) {
+		struct pfs_staged *st = pfs_cache_stage(s->cluster->name, s->name, r->name,
+							j->file->key, gz, gzlen, r->t, verr,
+							sizeof verr);
+		free(gz);
+		pfs_fetch_release(&j->f);
+		if (st) {
+			jp->size = gzlen;
+			pfs_cache_commit(st, published, j); /* settled once on disk */
+			return;
+		}
+		snprintf(reason, sizeof reason, "%s", verr);
+		settle(j, -1, 0, reason);
+		return;
+	} else if (rc < 0) {
+		snprintf(reason, sizeof reason, "%s", why ? why : "failed");
+	}
+	free(gz);
+	pfs_fetch_release(&j->f);
+	settle(j, rc, gzlen, reason);
 }
 
 static double slot_timeout(const struct pfs_service *s, int slot)
@@ -705,6 +737,22 @@ time_t pfs_snap_latest_time(struct pfs_service *s)
 	return t;
 }
 
+double pfs_snap_latest_valid(struct pfs_service *s)
+{
+	time_t now = time(NULL);
+	double left = 0;
+
+	pthread_mutex_lock(&g_lock);
+	struct round *r = s->state->current;
+	if (!windowed(s) && r && fresh(s, r, now) && !round_has(s, r, SLOT_FETCHING)) {
+		time_t since = r->settled_at > r->t ? r->settled_at : r->t;
+		/* a second short of it: fresh() counts whole seconds */
+		left = g_cfg->latest_ttl - (double)(now - since) - 1;
+	}
+	pthread_mutex_unlock(&g_lock);
+	return left > 0 ? left : 0;
+}
+
 size_t pfs_snap_stats_count(const struct pfs_service *s)
 {
 	return s->state->n_stats;
@@ -775,6 +823,7 @@ int pfs_snap_latest_fd(struct pfs_service *s, int slot, int flags, char round[PF
 	pthread_mutex_lock(&g_lock);
 	struct round *r = latest_round(s, now);
 	start_slot_ex(s, r, slot, now, flags);
+	memcpy(round, r->name, PFS_ROUND_NAME_MAX);
 	if ((rc = wait_slot(s, r, slot, flags)))
 		goto out;
 	rc = -EIO;
@@ -787,6 +836,38 @@ int pfs_snap_latest_fd(struct pfs_service *s, int slot, int flags, char round[PF
 			rc = *fd;
 	} else if (r->slots[slot].st == SLOT_ABSENT) {
 		rc = -ENOENT;
+	}
+out:
+	pthread_mutex_unlock(&g_lock);
+	return rc;
+}
+
+int pfs_snap_slot(struct pfs_service *s, const char *round, int slot, int flags, off_t *size,
+		  time_t *mtime, int *fd)
+{
+	int rc;
+
+	pthread_mutex_lock(&g_lock);
+	struct round *r = find_round(s, round);
+	if (!r) {
+		rc = -ENOENT;
+		goto out;
+	}
+	if ((rc = wait_slot(s, r, slot, flags)))
+		goto out;
+	switch (r->slots[slot].st) {
+	case SLOT_READY:
+		*size = r->slots[slot].size;
+		*mtime = r->t;
+		rc = 0;
+		if (fd && (*fd = open_slot(s, r, slot)) < 0)
+			rc = *fd;
+		break;
+	case SLOT_ABSENT:
+		rc = -ENOENT;
+		break;
+	default: /* failed, or never started (the round was not latest) */
+		rc = -EIO;
 	}
 out:
 	pthread_mutex_unlock(&g_lock);

@@ -11,6 +11,7 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,6 +232,19 @@ static void http_decode(void *arg)
 static void http_done(struct pfs_fetch *f)
 {
 	pfs_work_submit(http_decode, f->arg);
+}
+
+void pfs_job_set(char **field, const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+
+	va_start(ap, fmt);
+	if (vasprintf(&s, fmt, ap) < 0)
+		s = strdup("");
+	va_end(ap);
+	free(*field);
+	*field = s;
 }
 
 void pfs_http_start(struct pfs_job *j, const struct pfs_target *t, const char *content_type,

@@ -383,10 +383,10 @@ static void start(struct pfs_job *j)
 	app_url(c, j->svc->upstream, base, sizeof base);
 	qe = pfs_url_escape(q);
 	free(q);
-	snprintf(j->url, sizeof j->url, "%s?query=%s&from=%lld&to=%lld", base, qe,
+	pfs_job_set(&j->url, "%s?query=%s&from=%lld&to=%lld", base, qe,
 		 (long long)j->from * 1000, (long long)j->to * 1000);
 	free(qe);
-	snprintf(j->what, sizeof j->what, "%s/api/project/.../app/%s/profiling (%s)",
+	pfs_job_set(&j->what, "%s/api/project/.../app/%s/profiling (%s)",
 		 c->api.target.log_url, j->svc->upstream, j->file->type_id);
 	pfs_http_start(j, t ? t : &c->api.target, NULL, decode);
 }

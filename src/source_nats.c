@@ -224,7 +224,7 @@ static void start(struct pfs_job *j)
 	pthread_t t;
 	pthread_attr_t attr;
 
-	snprintf(j->what, sizeof j->what, "%s $SYS.REQ.SERVER.%s.PROFILEZ",
+	pfs_job_set(&j->what, "%s $SYS.REQ.SERVER.%s.PROFILEZ",
 		 j->svc->cluster->api.target.log_url, j->svc->upstream);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

@@ -149,11 +149,11 @@ static void start(struct pfs_job *j)
 	q = pfs_url_escape(query);
 	pfs_rfc3339(j->from, from);
 	pfs_rfc3339(j->to, to);
-	snprintf(j->url, sizeof j->url,
+	pfs_job_set(&j->url,
 		 "%s/api/profiles/query?mode=MODE_MERGE&reportType=REPORT_TYPE_PPROF"
 		 "&merge.query=%s&merge.start=%s&merge.end=%s", c->api.target.url, q, from, to);
 	free(q);
-	snprintf(j->what, sizeof j->what, "%s/api/profiles/query (%s, %s..%s)",
+	pfs_job_set(&j->what, "%s/api/profiles/query (%s, %s..%s)",
 		 c->api.target.log_url, query, from, to);
 	pfs_http_start(j, &c->api.target, NULL, decode);
 }

@@ -54,8 +54,11 @@ static void start(struct pfs_job *j)
 	bool cpu = j->file->profile == PFS_CPU;
 	const char *name = cpu ? "profile" : pfs_profile_names[j->file->profile];
 
-	profile_url(t, name, cpu ? (long)s->cpu_seconds : 0, j->url, sizeof j->url);
-	snprintf(j->what, sizeof j->what, "%s/%s", t->log_url, name);
+	char url[4096];
+
+	profile_url(t, name, cpu ? (long)s->cpu_seconds : 0, url, sizeof url);
+	pfs_job_set(&j->url, "%s", url);
+	pfs_job_set(&j->what, "%s/%s", t->log_url, name);
 	pfs_http_start(j, t, NULL, decode_as_is);
 }
 

@@ -138,8 +138,8 @@ static void start(struct pfs_job *j)
 	j->post_len = querier__v1__select_merge_profile_request__get_packed_size(&req);
 	j->post = malloc(j->post_len ? j->post_len : 1);
 	querier__v1__select_merge_profile_request__pack(&req, j->post);
-	snprintf(j->url, sizeof j->url, "%s" SERVICE_PATH "SelectMergeProfile", c->api.target.url);
-	snprintf(j->what, sizeof j->what, "%s" SERVICE_PATH "SelectMergeProfile (%s, %s)",
+	pfs_job_set(&j->url, "%s" SERVICE_PATH "SelectMergeProfile", c->api.target.url);
+	pfs_job_set(&j->what, "%s" SERVICE_PATH "SelectMergeProfile (%s, %s)",
 		 c->api.target.log_url, j->file->type_id, sel);
 	pfs_http_start(j, &c->api.target, "application/proto", decode);
 }
