@@ -306,7 +306,9 @@ int pfs_cache_committer_start(void)
 	g_commit_stop = false;
 	if (pthread_create(&g_commit_thread, NULL, committer_main, NULL))
 		return -1;
+	pthread_mutex_lock(&g_commit_lock);
 	g_committer = true;
+	pthread_mutex_unlock(&g_commit_lock);
 	return 0;
 }
 
@@ -319,7 +321,9 @@ void pfs_cache_committer_stop(void)
 	pthread_cond_signal(&g_commit_cond);
 	pthread_mutex_unlock(&g_commit_lock);
 	pthread_join(g_commit_thread, NULL);
+	pthread_mutex_lock(&g_commit_lock);
 	g_committer = false;
+	pthread_mutex_unlock(&g_commit_lock);
 }
 
 struct pfs_staged *pfs_cache_stage(const char *cluster, const char *service, const char *round,
@@ -350,15 +354,16 @@ void pfs_cache_commit(struct pfs_staged *staged, pfs_cache_done_fn done, void *a
 
 	c->done = done;
 	c->arg = arg;
-	if (!g_committer) { /* no thread (tools, tests): a group of one, now */
-		commit_group(c);
+	pthread_mutex_lock(&g_commit_lock);
+	if (g_committer && !g_commit_stop) {
+		*g_commits_tail = c;
+		g_commits_tail = &c->next;
+		pthread_cond_signal(&g_commit_cond);
+		pthread_mutex_unlock(&g_commit_lock);
 		return;
 	}
-	pthread_mutex_lock(&g_commit_lock);
-	*g_commits_tail = c;
-	g_commits_tail = &c->next;
-	pthread_cond_signal(&g_commit_cond);
 	pthread_mutex_unlock(&g_commit_lock);
+	commit_group(c); /* no thread (tools, tests, stopping): a group of one, now */
 }
 
 int pfs_cache_open(const char *cluster, const char *service, const char *round, const char *file)

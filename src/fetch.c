@@ -97,6 +97,9 @@ static CURL *make_easy(struct pfs_fetch *f)
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, f);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, f->curl_err);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, f);
+	/* a small receive buffer: a thousand transfers at once, each body is
+	 * gathered in its own buffer anyway */
+	curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 4096L);
 	if (f->on_header) {
 		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
 		curl_easy_setopt(e, CURLOPT_HEADERDATA, f);

@@ -19,14 +19,15 @@
 struct memo {
 	const struct pfs_service *svc;
 	const struct pfs_range *range;
-	char key[128];
+	char *key;
 	uint64_t sig;  /* of the inputs it was built from */
 	int rc;        /* 0 built, -EIO failed */
 	off_t size;
 	time_t mtime;
 	time_t oldest; /* input time: the result holds until it leaves the range */
 	/* one input: the merge is that snapshot, served as it is */
-	struct pfs_snap_input single;
+	char single_round[PFS_ROUND_NAME_MAX];
+	char *single_file; /* its cache key, when is_single */
 	bool is_single;
 	pthread_mutex_t lock; /* held while building: builds of other files run */
 	struct memo *next;
@@ -134,7 +135,9 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 		m->mtime = m->oldest = in[0].t;
 		m->rc = pfs_cache_stat(s->cluster->name, s->name, in[0].round, in[0].file, &m->size)
 			    ? -EIO : 0;
-		m->single = in[0];
+		memcpy(m->single_round, in[0].round, sizeof m->single_round);
+		free(m->single_file);
+		m->single_file = strdup(in[0].file);
 		m->is_single = m->rc == 0;
 		if (m->rc)
 			pfs_err("merge %s/%s/%s/%s/%s.pb.gz: snapshot %s/%s is gone", s->cluster->name,
@@ -189,7 +192,7 @@ static struct memo *memo_for(struct pfs_service *s, const struct pfs_range *r, c
 	m = calloc(1, sizeof *m);
 	m->svc = s;
 	m->range = r;
-	snprintf(m->key, sizeof m->key, "%s", key);
+	m->key = strdup(key);
 	m->sig = 0;
 	m->rc = -ENOENT;
 	pthread_mutex_init(&m->lock, NULL);
@@ -261,12 +264,10 @@ int pfs_merged_peek(struct pfs_service *s, const struct pfs_range *r, const char
 
 int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char *key)
 {
-	struct pfs_snap_input one;
-	char dir[64], file[160];
+	char round[PFS_ROUND_NAME_MAX], dir[64], file[160], *single_file = NULL;
 	off_t size;
 	time_t mtime;
 	int rc = pfs_merged_stat(s, r, key, &size, &mtime, NULL);
-	bool single;
 
 	if (rc)
 		return rc;
@@ -274,11 +275,16 @@ int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char
 	struct memo *m = memo_for(s, r, key);
 	pthread_mutex_unlock(&g_lock);
 	pthread_mutex_lock(&m->lock);
-	single = m->is_single;
-	one = m->single;
+	if (m->is_single) {
+		memcpy(round, m->single_round, sizeof round);
+		single_file = strdup(m->single_file);
+	}
 	pthread_mutex_unlock(&m->lock);
-	if (single)
-		return pfs_cache_open(s->cluster->name, s->name, one.round, one.file);
+	if (single_file) {
+		rc = pfs_cache_open(s->cluster->name, s->name, round, single_file);
+		free(single_file);
+		return rc;
+	}
 	dir_name(r, dir, sizeof dir);
 	snprintf(file, sizeof file, "%s.pb.gz", key);
 	/* A rebuild renames a new file into place; this fd keeps the one
@@ -294,6 +300,8 @@ void pfs_merged_free(void)
 			struct memo *m = g_memos[i];
 			g_memos[i] = m->next;
 			pthread_mutex_destroy(&m->lock);
+			free(m->key);
+			free(m->single_file);
 			free(m);
 		}
 	pthread_mutex_unlock(&g_lock);
