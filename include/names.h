@@ -4,6 +4,11 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+/* FNV-1a: h (start with PFS_FNV_INIT) folded with the bytes of s. */
+#define PFS_FNV_INIT 1469598103934665603ULL
+uint64_t pfs_fnv1a(uint64_t h, const char *s);
 
 /* True if s is usable as one path component as it is: non-empty, at most
  * 200 bytes, only [A-Za-z0-9._-], not "." or "..", not starting with '.'. */

@@ -880,10 +880,7 @@ struct pfs_cluster *pfs_config_cluster(struct pfs_config *cfg, const char *name)
 
 static size_t name_hash(const char *s)
 {
-	size_t h = 1469598103934665603ULL;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-	return h;
+	return (size_t)pfs_fnv1a(PFS_FNV_INIT, s);
 }
 
 /* c->lock held. Services are only ever appended: the index covers the

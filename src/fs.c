@@ -14,6 +14,7 @@
 #include "cache.h"
 #include "log.h"
 #include "merged.h"
+#include "names.h"
 #include "snap.h"
 #include "source.h"
 #include "status.h"
@@ -189,10 +190,7 @@ static fuse_ino_t g_next_ino = FUSE_ROOT_ID + 1;
 
 static uint64_t hash_str(const char *s)
 {
-	uint64_t h = 1469598103934665603ULL;
-	for (; *s; s++)
-		h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-	return h;
+	return pfs_fnv1a(PFS_FNV_INIT, s);
 }
 
 static void nodes_grow(void)
@@ -478,13 +476,10 @@ static void list_free(struct listing *d)
 
 static uint64_t list_sig(const struct listing *d)
 {
-	uint64_t h = 1469598103934665603ULL;
+	uint64_t h = PFS_FNV_INIT;
 
-	for (size_t i = 0; i < d->n; i++) {
-		for (const char *c = d->names[i]; *c; c++)
-			h = (h ^ (uint8_t)*c) * 1099511628211ULL;
-		h = (h ^ (d->is_dir[i] ? 2u : 1u)) * 1099511628211ULL;
-	}
+	for (size_t i = 0; i < d->n; i++) /* "/" ends a name, "d" or "f" says what */
+		h = pfs_fnv1a(pfs_fnv1a(h, d->names[i]), d->is_dir[i] ? "/d" : "/f");
 	return h | 1; /* never 0: a node not listed yet */
 }
 

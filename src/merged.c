@@ -4,6 +4,7 @@
 #include "cache.h"
 #include "log.h"
 #include "merge.h"
+#include "names.h"
 #include "snap.h"
 #include "source.h"
 
@@ -83,14 +84,12 @@ bool pfs_merged_has(struct pfs_service *s, const struct pfs_range *r, const char
 
 static uint64_t fnv_str(uint64_t h, const char *s)
 {
-	for (; *s; s++)
-		h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-	return (h ^ '/') * 1099511628211ULL;
+	return pfs_fnv1a(pfs_fnv1a(h, s), "/");
 }
 
 static uint64_t signature(const struct pfs_snap_input *in, size_t n)
 {
-	uint64_t h = 1469598103934665603ULL;
+	uint64_t h = PFS_FNV_INIT;
 
 	for (size_t i = 0; i < n; i++)
 		h = fnv_str(fnv_str(h, in[i].round), in[i].file);

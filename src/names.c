@@ -39,9 +39,16 @@ void pfs_name_sanitize(const char *s, char *out, size_t outlen)
 	out[j] = '\0';
 }
 
+uint64_t pfs_fnv1a(uint64_t h, const char *s)
+{
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+	return h;
+}
+
 void pfs_name_stable(const char *s, char *out, size_t outlen)
 {
-	uint64_t h = 1469598103934665603ULL;
+	uint64_t h = pfs_fnv1a(PFS_FNV_INIT, s);
 	char base[PFS_NAME_MAX + 1];
 	size_t room;
 
@@ -49,8 +56,6 @@ void pfs_name_stable(const char *s, char *out, size_t outlen)
 		snprintf(out, outlen, "%s", s);
 		return;
 	}
-	for (const char *c = s; *c; c++)
-		h = (h ^ (uint8_t)*c) * 1099511628211ULL;
 	/* "~" + 10 hex digits + NUL after the base */
 	room = outlen > 12 ? outlen - 12 : 1;
 	pfs_name_sanitize(s, base, room < sizeof base - 20 ? room : sizeof base - 20);
