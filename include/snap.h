@@ -75,10 +75,8 @@ int pfs_snap_list_files(struct pfs_service *s, const char *round, int flags, pfs
  * -ENOENT if it does not exist, -EIO if its fetch failed. */
 int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, int flags,
 		  off_t *size, time_t *mtime);
-/* pfs_snap_latest and pfs_snap_stat that also open the file's cache file
- * (*fd) in the same look, so retention cannot remove it in between. */
-int pfs_snap_latest_fd(struct pfs_service *s, int file, int flags, char round[PFS_ROUND_NAME_MAX],
-		       off_t *size, time_t *mtime, int *fd);
+/* pfs_snap_stat that also opens the file's cache file (*fd) in the same
+ * look, so retention cannot remove it in between (pfs_snap_slot too). */
 int pfs_snap_stat_fd(struct pfs_service *s, const char *round, const char *file, int flags,
 		     off_t *size, time_t *mtime, int *fd);
 /* One file of a round as latest/ shows it (what latest/ pointed at when
@@ -90,8 +88,8 @@ int pfs_snap_slot(struct pfs_service *s, const char *round, int slot, int flags,
 int pfs_snap_round_time(struct pfs_service *s, const char *round, int flags, time_t *t);
 
 /* Make sure the latest round has this file, fetching it if needed (and
- * waiting, bounded by the fetch timeout). Fills the round name, size and
- * mtime; -EIO if the fetch failed (logged once), -ENOENT if upstream has
+ * waiting, bounded by the fetch timeout). Fills the round name (also
+ * with -EAGAIN: the round it waits for), size and mtime; -EIO if the fetch failed (logged once), -ENOENT if upstream has
  * no such data. */
 int pfs_snap_latest(struct pfs_service *s, int file, int flags, char round[PFS_ROUND_NAME_MAX],
 		    off_t *size, time_t *mtime);

@@ -573,7 +573,6 @@ struct handle {
 
 static int open_file(struct loc *l, int flags, struct fuse_file_info *fi, struct handle **out)
 {
-	char round[PFS_ROUND_NAME_MAX];
 	struct handle *h;
 	off_t size;
 	time_t t;
@@ -588,16 +587,11 @@ static int open_file(struct loc *l, int flags, struct fuse_file_info *fi, struct
 		fi->direct_io = 1;
 		break;
 	case N_LATEST_FILE:
-		if (l->pinned) {
-			if (!(rc = pfs_snap_slot(l->service, l->round, l->slot, flags, &size, &t, &fd)))
-				fi->keep_cache = 1; /* one round's: cached pages stay valid */
-			break;
-		}
-		if ((rc = pfs_snap_latest_fd(l->service, l->slot, flags, round, &size, &t, &fd)))
-			break;
-		/* latest moves on to a new snapshot: no page cache across opens,
-		 * reads not bounded by a size the kernel cached before. */
-		fi->direct_io = 1;
+		/* nodes of latest/ files are pinned to a round (fs_lookup) */
+		if (!l->pinned)
+			rc = -ENOENT;
+		else if (!(rc = pfs_snap_slot(l->service, l->round, l->slot, flags, &size, &t, &fd)))
+			fi->keep_cache = 1; /* one round's: cached pages stay valid */
 		break;
 	case N_ROUND_FILE:
 		if ((rc = pfs_snap_stat_fd(l->service, l->round, l->file, flags, &size, &t, &fd)))

@@ -811,12 +811,6 @@ size_t pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t sinc
 int pfs_snap_latest(struct pfs_service *s, int slot, int flags, char round[PFS_ROUND_NAME_MAX],
 		    off_t *size, time_t *mtime)
 {
-	return pfs_snap_latest_fd(s, slot, flags, round, size, mtime, NULL);
-}
-
-int pfs_snap_latest_fd(struct pfs_service *s, int slot, int flags, char round[PFS_ROUND_NAME_MAX],
-		       off_t *size, time_t *mtime, int *fd)
-{
 	time_t now = time(NULL);
 	int rc;
 
@@ -828,12 +822,9 @@ int pfs_snap_latest_fd(struct pfs_service *s, int slot, int flags, char round[PF
 		goto out;
 	rc = -EIO;
 	if (r->slots[slot].st == SLOT_READY) {
-		memcpy(round, r->name, PFS_ROUND_NAME_MAX);
 		*size = r->slots[slot].size;
 		*mtime = r->t;
 		rc = 0;
-		if (fd && (*fd = open_slot(s, r, slot)) < 0)
-			rc = *fd;
 	} else if (r->slots[slot].st == SLOT_ABSENT) {
 		rc = -ENOENT;
 	}
