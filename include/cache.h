@@ -42,6 +42,10 @@ void pfs_cache_committer_stop(void);
 /* Open a stored file read-only; returns an fd or -errno. */
 int pfs_cache_open(const char *cluster, const char *service, const char *round, const char *file);
 
+/* Rename a stored file within its round (replacing to); -1 if that failed. */
+int pfs_cache_rename(const char *cluster, const char *service, const char *round, const char *from,
+		     const char *to);
+
 /* Size of a stored file; -1 if it is not there. */
 int pfs_cache_stat(const char *cluster, const char *service, const char *round, const char *file,
 		   off_t *size);

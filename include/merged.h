@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -21,15 +22,28 @@ size_t pfs_merged_keys(const struct pfs_service *s, const char ***keys);
 bool pfs_merged_has(struct pfs_service *s, const struct pfs_range *r, const char *key);
 /* Build if needed; size and mtime (the newest input's time), and for how
  * many seconds that holds unless new inputs arrive (valid, may be NULL).
- * -ENOENT if there is no input, -EIO if the merge failed (logged once). */
+ * Each result is a version (nonzero, never reused for other content):
+ * *version, may be NULL. -ENOENT if there is no input, -EIO if the merge
+ * failed (logged once). */
 int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
-		    time_t *mtime, double *valid);
+		    time_t *mtime, double *valid, uint64_t *version);
 /* The same without building: -EAGAIN unless built from the current inputs
  * (and for windows, whose inputs are fetched when chosen). */
 int pfs_merged_peek(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
-		    time_t *mtime, double *valid);
-/* The same, then open it: an fd or -errno. */
-int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char *key);
+		    time_t *mtime, double *valid, uint64_t *version);
+/* Size and mtime of a version; -ESTALE once it is neither the current
+ * result nor the one before it. */
+int pfs_merged_version(struct pfs_service *s, const struct pfs_range *r, const char *key,
+		       uint64_t version, off_t *size, time_t *mtime);
+/* Open a version (0: the current one, built if needed): an fd, -ESTALE as
+ * above, or pfs_merged_stat's errors. */
+int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char *key,
+		    uint64_t version);
+
+/* For how many seconds the set of merged/<range>/ files (those with an
+ * input in range) holds, unless new inputs arrive: until the newest input
+ * of one of them leaves the range. */
+double pfs_merged_listing_valid(struct pfs_service *s, const struct pfs_range *r);
 
 /* At exit. */
 void pfs_merged_free(void);

@@ -102,6 +102,9 @@ time_t pfs_snap_latest_time(struct pfs_service *s);
 /* How long (seconds) latest is sure to stay the round it is now: what the
  * kernel may cache of latest/. 0 while it fetches, or for windows. */
 double pfs_snap_latest_valid(struct pfs_service *s);
+/* True if latest is fresh and each of its files fetched (or not there):
+ * listing the service or latest/ would start nothing. False for windows. */
+bool pfs_snap_latest_settled(struct pfs_service *s);
 
 /* A frozen file that a merge reads. */
 struct pfs_snap_input {

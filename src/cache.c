@@ -385,6 +385,19 @@ int pfs_cache_open(const char *cluster, const char *service, const char *round, 
 	return fd;
 }
 
+int pfs_cache_rename(const char *cluster, const char *service, const char *round, const char *from,
+		     const char *to)
+{
+	int dir = round_dir(cluster, service, round, false), rc = -1;
+
+	if (dir < 0)
+		return -1;
+	if (plain(from) && plain(to))
+		rc = renameat(dir, from, dir, to);
+	close(dir);
+	return rc;
+}
+
 int pfs_cache_stat(const char *cluster, const char *service, const char *round, const char *file,
 		   off_t *size)
 {

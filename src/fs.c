@@ -3,8 +3,8 @@
  *
  * No request holds a thread while a fetch runs: lookup never waits (a
  * file whose fetch is in flight gets an entry the kernel must not cache),
- * and getattr, open or opendir that would wait are parked and answered by
- * the retry thread when a fetch of their service finishes, when they are
+ * and getattr, read or readdir (open, opendir: see g_no_open) that would
+ * wait are parked and answered by the retry thread when a fetch of their service finishes, when they are
  * interrupted (EINTR), or past their deadline (EIO). So a slow profile
  * stalls neither its directory (the kernel serializes lookups per
  * directory: libfuse 3.14 never grants FUSE_PARALLEL_DIROPS) nor other
@@ -34,6 +34,13 @@
  * "<s>/\1latest=<round>/<file>", a name no lookup can give (\1). So its
  * content never changes and the kernel may cache it like a round's. */
 #define LATEST_AT "\1latest="
+/* Likewise the node of merged/<range>/<file> names the merge result it was
+ * looked up as ("<file>\1<version>"; "<file>\1n<n>" if it was not built
+ * yet: the result its first getattr or read finds, held by the node), and
+ * that of .status.json the document made at its lookup (".status.json\1<n>",
+ * held by the node). What a file node reads never changes, so the kernel
+ * may read it by inode without an open (no_open) and keep its pages. */
+#define PIN '\1'
 #define DIR_TIMEOUT 1.0   /* entry and attr timeout of windows still fetched */
 #define FROZEN_TIMEOUT 86400.0 /* of what never changes: directories, rounds and
 				* their files (retention's removal invalidates them) */
@@ -41,6 +48,17 @@
 static struct pfs_config *g_cfg;
 static time_t g_mount_time;
 static __thread fuse_req_t tl_req; /* the request this FUSE thread serves */
+/* With the kernel's no_open, files are never opened here: the first open
+ * answered ENOSYS makes every open of the connection succeed in the kernel
+ * alone (and close send no release), and reads come by inode, no handle. */
+static bool g_no_open;
+/* Likewise directories (no_opendir): the kernel reads them by inode and
+ * keeps their listings while their mtime stays the same. So a directory's
+ * mtime carries its listing's signature in the nanoseconds, its attributes
+ * last only as long as the listing is known to hold, and where listing it
+ * has work to start (a snapshot due: latest_ttl passed, a discovery due)
+ * its mtime differs at every getattr, so the next listing reaches us. */
+static bool g_no_opendir;
 
 /* ---- paths ---- */
 
@@ -69,6 +87,8 @@ struct loc {
 	char file[256];
 	int slot;     /* N_LATEST_FILE: index of the service's file */
 	char key[128];/* N_RANGE_FILE: merge key */
+	uint64_t version; /* N_RANGE_FILE: the merge result pinned (0: the node's) */
+	fuse_ino_t ino;   /* pinned N_STATUS, N_RANGE_FILE: the node */
 };
 
 /* The merge key a merged/<range>/ file name stands for, if the service has it. */
@@ -96,6 +116,19 @@ static int copy_part(char *dst, size_t dstlen, const char *part)
 	return 0;
 }
 
+/* Cut a pin ("\1<hex>") off a path component. */
+static bool pin_of(char *part, struct loc *l)
+{
+	char *p = strchr(part, PIN);
+
+	if (!p)
+		return false;
+	*p = 0;
+	l->pinned = true;
+	l->version = p[1] == 'n' ? 0 : strtoull(p + 1, NULL, 16);
+	return true;
+}
+
 static int parse_path(const char *path, struct loc *l)
 {
 	char buf[1024], *save = NULL, *part;
@@ -109,6 +142,12 @@ static int parse_path(const char *path, struct loc *l)
 	for (part = strtok_r(buf, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
 		switch (++depth) {
 		case 1:
+			if (pin_of(part, l)) {
+				if (strcmp(part, PFS_STATUS_FILE))
+					return -ENOENT;
+				l->node = N_STATUS;
+				break;
+			}
 			if (strcmp(part, PFS_STATUS_FILE) == 0) {
 				l->node = N_STATUS;
 				break;
@@ -155,6 +194,7 @@ static int parse_path(const char *path, struct loc *l)
 			}
 			break;
 		case 5:
+			pin_of(part, l);
 			if (l->node != N_RANGE ||
 			    merged_key_of(l->service, part, l->key, sizeof l->key))
 				return -ENOENT;
@@ -179,6 +219,10 @@ struct inode {
 	fuse_ino_t ino;
 	uint64_t nlookup;
 	uint64_t list_sig; /* directories: of the listing last given the kernel */
+	uint64_t version;  /* a merged/ file looked up unbuilt: the result it reads */
+	char *doc;         /* a pinned .status.json: its document */
+	size_t doc_len;
+	time_t doc_time;
 	char *path;
 	struct inode *next_ino, *next_path;
 };
@@ -271,6 +315,7 @@ static void node_forget(fuse_ino_t ino, uint64_t n)
 	g_n_nodes--;
 	pthread_mutex_unlock(&g_nodes_lock);
 	free(nd->path);
+	free(nd->doc);
 	free(nd);
 }
 
@@ -287,6 +332,70 @@ static char *node_path(fuse_ino_t ino)
 		p = strdup(nd->path);
 	pthread_mutex_unlock(&g_nodes_lock);
 	return p;
+}
+
+/* The document of a pinned .status.json: hand it to its node (taken over). */
+static void node_set_doc(fuse_ino_t ino, char *doc, size_t len, time_t t)
+{
+	pthread_mutex_lock(&g_nodes_lock);
+	struct inode *nd = node_by_ino(ino);
+	if (nd && !nd->doc) {
+		nd->doc = doc;
+		nd->doc_len = len;
+		nd->doc_time = t;
+		doc = NULL;
+	}
+	pthread_mutex_unlock(&g_nodes_lock);
+	free(doc);
+}
+
+/* Its length and time, and a copy of it if want (malloc'd); -ESTALE if gone. */
+static int node_doc(fuse_ino_t ino, char **copy, size_t *len, time_t *t)
+{
+	int rc = -ESTALE;
+
+	pthread_mutex_lock(&g_nodes_lock);
+	struct inode *nd = node_by_ino(ino);
+	if (nd && nd->doc) {
+		*len = nd->doc_len;
+		*t = nd->doc_time;
+		if (copy) {
+			*copy = malloc(nd->doc_len + 1);
+			memcpy(*copy, nd->doc, nd->doc_len + 1);
+		}
+		rc = 0;
+	}
+	pthread_mutex_unlock(&g_nodes_lock);
+	return rc;
+}
+
+/* The merge result a node looked up unbuilt reads: the first one offered. */
+static uint64_t node_version(fuse_ino_t ino, uint64_t offer)
+{
+	pthread_mutex_lock(&g_nodes_lock);
+	struct inode *nd = node_by_ino(ino);
+	if (nd && !nd->version)
+		nd->version = offer;
+	uint64_t v = nd ? nd->version : offer;
+	pthread_mutex_unlock(&g_nodes_lock);
+	return v;
+}
+
+/* The result a pinned merged/ node reads, chosen (built) at its first use. */
+static int pinned_version(struct loc *l)
+{
+	off_t size;
+	time_t t;
+	int rc;
+
+	if (l->version)
+		return 0;
+	if ((l->version = node_version(l->ino, 0)))
+		return 0;
+	rc = pfs_merged_stat(l->service, l->range, l->key, &size, &t, NULL, &l->version);
+	if (!rc)
+		l->version = node_version(l->ino, l->version);
+	return rc;
 }
 
 static uint64_t g_root_sig;
@@ -314,6 +423,7 @@ static void nodes_free(void)
 		for (struct inode *nd = g_by_ino[i], *next; nd; nd = next) {
 			next = nd->next_ino;
 			free(nd->path);
+			free(nd->doc);
 			free(nd);
 		}
 	free(g_by_ino);
@@ -330,6 +440,9 @@ static void fill_dir(struct stat *st, time_t mtime)
 	st->st_nlink = 2;
 	st->st_mtime = st->st_ctime = st->st_atime = mtime;
 }
+
+static int listing_nsec(struct loc *l, int flags, double *timeout, long *nsec);
+
 
 static void fill_file(struct stat *st, off_t size, time_t mtime)
 {
@@ -378,10 +491,13 @@ static int attr_of(struct loc *l, int flags, bool lookup, struct stat *st, doubl
 		break;
 	case N_STATUS: {
 		size_t len;
-		free(pfs_status_json(g_cfg, g_mount_time, &len));
+		if (l->pinned) {
+			rc = node_doc(l->ino, NULL, &len, &t);
+		} else { /* at lookup, which makes the document and pins it */
+			len = 0;
+			t = time(NULL);
+		}
 		size = (off_t)len;
-		t = time(NULL);
-		*timeout = 0;
 		break;
 	}
 	case N_LATEST_FILE:
@@ -399,17 +515,30 @@ static int attr_of(struct loc *l, int flags, bool lookup, struct stat *st, doubl
 		/* a file that exists never changes */
 		break;
 	case N_RANGE_FILE:
+		if (l->pinned) { /* one result's: fixed */
+			if (!(rc = pinned_version(l)))
+				rc = pfs_merged_version(l->service, l->range, l->key, l->version,
+							&size, &t);
+			break;
+		}
 		/* rebuilt as snapshots arrive: fs tells the kernel (merged_changed) */
-		rc = lookup ? pfs_merged_peek(l->service, l->range, l->key, &size, &t, timeout)
-			    : pfs_merged_stat(l->service, l->range, l->key, &size, &t, timeout);
+		rc = lookup ? pfs_merged_peek(l->service, l->range, l->key, &size, &t, timeout,
+					      &l->version)
+			    : pfs_merged_stat(l->service, l->range, l->key, &size, &t, timeout,
+					      &l->version);
 		break;
 	}
+	long nsec = 0;
+	if (!rc && g_no_opendir && !is_file(l->node) && l->node != N_ROOT && l->node != N_MERGED)
+		rc = listing_nsec(l, flags, timeout, &nsec);
 	if (rc)
 		return rc;
-	if (is_file(l->node))
+	if (is_file(l->node)) {
 		fill_file(st, size, t);
-	else
+	} else {
 		fill_dir(st, t);
+		st->st_mtim.tv_nsec = nsec;
+	}
 	return 0;
 }
 
@@ -495,7 +624,7 @@ static void add_file(const char *file, void *arg)
 }
 
 /* Without wait: -EAGAIN (the listing is dropped) while fetches run. */
-static int list_dir(struct loc *l, int flags, struct listing *d)
+static int list_dir(struct loc *l, int flags, bool quiet, struct listing *d)
 {
 	char name[512];
 	int rc = 0;
@@ -510,13 +639,15 @@ static int list_dir(struct loc *l, int flags, struct listing *d)
 	case N_CLUSTER: {
 		struct pfs_service **svcs;
 		size_t n;
-		pfs_cluster_refresh(l->cluster, l->cluster->api.discover_every);
+		if (!quiet)
+			pfs_cluster_refresh(l->cluster, l->cluster->api.discover_every);
 		n = pfs_cluster_services(l->cluster, &svcs);
 		for (size_t i = 0; i < n; i++) {
 			/* Listing (or copying) a cluster snapshots all of its services
 			 * at once (one round per latest_ttl), so an rsync of the
 			 * mount waits for the slowest target, not for their sum. */
-			pfs_snap_latest_start(svcs[i]);
+			if (!quiet)
+				pfs_snap_latest_start(svcs[i]);
 			list_add(d, svcs[i]->name, true);
 		}
 		free(svcs);
@@ -526,7 +657,8 @@ static int list_dir(struct loc *l, int flags, struct listing *d)
 		/* Listing a service takes a snapshot (one per latest_ttl): its
 		 * <time> directory is listed now and filled as fetches finish,
 		 * so one rsync run copies the snapshot it caused. */
-		pfs_snap_latest_start(l->service);
+		if (!quiet)
+			pfs_snap_latest_start(l->service);
 		list_add(d, LATEST, true);
 		if (g_cfg->n_merged)
 			list_add(d, PFS_MERGED_DIR, true);
@@ -561,6 +693,99 @@ static int list_dir(struct loc *l, int flags, struct listing *d)
 	return rc;
 }
 
+static double min_d(double a, double b) { return a < b ? a : b; }
+
+/* Whether listing l has work to start (and so must reach us), and for how
+ * long that holds otherwise. */
+static bool listing_due(struct loc *l, double *timeout)
+{
+	switch (l->node) {
+	case N_CLUSTER: {
+		struct pfs_cluster *c = l->cluster;
+		struct pfs_service **svcs;
+		bool due = false;
+		if (c->src->discover) {
+			pthread_mutex_lock(&c->lock);
+			double left = c->discovered_at
+					      ? (double)c->discovered_at + c->api.discover_every -
+							(double)time(NULL) - 1
+					      : 0;
+			pthread_mutex_unlock(&c->lock);
+			due = left <= 0;
+			*timeout = min_d(*timeout, left);
+		}
+		size_t n = pfs_cluster_services(c, &svcs);
+		for (size_t i = 0; i < n && !due; i++)
+			if (!c->src->windows) { /* windows are fetched when read */
+				double v = pfs_snap_latest_valid(svcs[i]);
+				due = v <= 0 || !pfs_snap_latest_settled(svcs[i]);
+				*timeout = min_d(*timeout, v);
+			}
+		free(svcs);
+		return due;
+	}
+	case N_SERVICE:
+	case N_LATEST:
+		if (l->service->cluster->src->windows) {
+			*timeout = DIR_TIMEOUT; /* windows come and go with the clock */
+			return l->node == N_LATEST;
+		}
+		*timeout = min_d(*timeout, pfs_snap_latest_valid(l->service));
+		return *timeout <= 0 || !pfs_snap_latest_settled(l->service);
+	case N_ROUND:
+	case N_RANGE:
+		/* listing windows fetches them: only a listing does */
+		if (l->service->cluster->src->windows)
+			return true;
+		if (l->node == N_RANGE) /* until a file's last input leaves the range
+					 * (arrivals: merged_changed) */
+			*timeout = min_d(*timeout, pfs_merged_listing_valid(l->service, l->range));
+		return false;
+	default:
+		return false;
+	}
+}
+
+/* A directory's mtime nanoseconds (no_opendir): its listing's signature,
+ * or, while a listing has work to start, a value never given before. */
+static int listing_nsec(struct loc *l, int flags, double *timeout, long *nsec)
+{
+	static uint64_t gen;
+	int rc;
+
+	if (listing_due(l, timeout)) {
+		/* not 0: each path walk through a directory checks its
+		 * permissions, from attributes that must be fresh */
+		*timeout = l->node == N_LATEST ? 0 : DIR_TIMEOUT;
+		*nsec = (long)(__atomic_add_fetch(&gen, 1, __ATOMIC_RELAXED) % 1000000000);
+		return 0;
+	}
+	struct listing *d = calloc(1, sizeof *d);
+	rc = list_dir(l, flags, true, d);
+	*nsec = rc ? 0 : (long)(list_sig(d) % 1000000000);
+	list_free(d);
+	return rc;
+}
+
+/* The entries of d from off on, as many as fit in size. */
+static void reply_listing(fuse_req_t req, const struct listing *d, size_t size, off_t off)
+{
+	char *buf = malloc(size ? size : 1);
+	size_t used = 0;
+
+	for (size_t i = (size_t)off; off >= 0 && i < d->n; i++) {
+		struct stat st = {.st_ino = hash_str(d->names[i]) | 1,
+				  .st_mode = d->is_dir[i] ? S_IFDIR : S_IFREG};
+		size_t n = fuse_add_direntry(req, buf + used, size - used, d->names[i], &st,
+					     (off_t)i + 1);
+		if (n > size - used)
+			break;
+		used += n;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
 /* ---- open files ---- */
 
 /* fi->fh: an open cache file, or a document made at open. */
@@ -583,6 +808,10 @@ static int open_file(struct loc *l, int flags, struct fuse_file_info *fi, struct
 	h = calloc(1, sizeof *h);
 	switch (l->node) {
 	case N_STATUS:
+		if (l->pinned) {
+			rc = node_doc(l->ino, &h->doc, &h->len, &t);
+			break;
+		}
 		h->doc = pfs_status_json(g_cfg, g_mount_time, &h->len);
 		fi->direct_io = 1;
 		break;
@@ -599,8 +828,13 @@ static int open_file(struct loc *l, int flags, struct fuse_file_info *fi, struct
 		fi->keep_cache = 1; /* frozen snapshot: cached pages stay valid */
 		break;
 	case N_RANGE_FILE:
-		fi->direct_io = 1; /* rebuilt when new snapshots arrive */
-		fd = pfs_merged_open(l->service, l->range, l->key);
+		if (!l->pinned)
+			fi->direct_io = 1; /* rebuilt when new snapshots arrive */
+		else if ((rc = pinned_version(l)))
+			break;
+		else
+			fi->keep_cache = 1;
+		fd = pfs_merged_open(l->service, l->range, l->key, l->version);
 		if (fd < 0)
 			rc = fd;
 		break;
@@ -633,7 +867,36 @@ static void listing_ref_free(struct open_ref *r) { list_free((struct listing *)r
 
 /* ---- requests that may wait: run now, or parked and run again ---- */
 
-enum op { OP_GETATTR, OP_OPEN, OP_OPENDIR };
+/* Read what a handle holds; the reply copies it. */
+static void reply_read(fuse_req_t req, struct handle *h, size_t size, off_t off)
+{
+	if (h->doc) {
+		/* from a copy: once the reply is out, the reader may close (and
+		 * release free the document) while writev is still returning */
+		size_t n = (size_t)off >= h->len ? 0 : h->len - (size_t)off;
+		char *copy = malloc(n ? (n < size ? n : size) : 1);
+		if (n)
+			memcpy(copy, h->doc + off, n < size ? n : size);
+		fuse_reply_buf(req, copy, n < size ? n : size);
+		free(copy);
+		return;
+	}
+	/* a plain pread: profiles are small, splicing them costs more */
+	char *buf = malloc(size ? size : 1);
+	ssize_t n;
+	do
+		n = pread(h->fd, buf, size, off);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		fuse_reply_err(req, errno);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
+/* OP_READ, OP_READDIR: with no handle (no_open, no_opendir), of what the
+ * node names. */
+enum op { OP_GETATTR, OP_OPEN, OP_OPENDIR, OP_READ, OP_READDIR };
 
 struct task {
 	fuse_req_t req;
@@ -641,6 +904,8 @@ struct task {
 	fuse_ino_t ino;
 	char *path;
 	struct fuse_file_info fi;
+	size_t size; /* OP_READ */
+	off_t off;
 	struct timespec deadline;
 	int flags;        /* 0 on the first run, PFS_SNAP_NO_RETRY once parked */
 	bool interrupted; /* g_park_lock */
@@ -679,6 +944,7 @@ static int run_task(struct task *t, bool may_wait)
 		reply_err(t, -rc);
 		return 0;
 	}
+	l.ino = t->ino;
 	switch (t->op) {
 	case OP_GETATTR:
 		rc = attr_of(&l, t->flags, false, &st, &timeout);
@@ -708,9 +974,42 @@ static int run_task(struct task *t, bool may_wait)
 			handle_free(h);
 		return 0;
 	}
+	case OP_READDIR: {
+		struct listing *d = calloc(1, sizeof *d);
+		/* its first part may start work, the rest only read */
+		rc = is_file(l.node) ? -ENOTDIR : list_dir(&l, t->flags, t->off > 0, d);
+		if (rc == -EAGAIN && may_wait) {
+			list_free(d);
+			return rc;
+		}
+		if (rc) {
+			list_free(d);
+			reply_err(t, rc == -EAGAIN ? EIO : -rc);
+			return 0;
+		}
+		unpark(t);
+		reply_listing(t->req, d, t->size, t->off);
+		list_free(d);
+		return 0;
+	}
+	case OP_READ: {
+		struct handle *h;
+		t->fi.flags = O_RDONLY;
+		rc = open_file(&l, t->flags, &t->fi, &h);
+		if (rc == -EAGAIN && may_wait)
+			return rc;
+		if (rc) {
+			reply_err(t, rc == -EAGAIN ? EIO : -rc);
+			return 0;
+		}
+		unpark(t);
+		reply_read(t->req, h, t->size, t->off);
+		handle_free(h);
+		return 0;
+	}
 	case OP_OPENDIR: {
 		struct listing *d = calloc(1, sizeof *d);
-		rc = is_file(l.node) ? -ENOTDIR : list_dir(&l, t->flags, d);
+		rc = is_file(l.node) ? -ENOTDIR : list_dir(&l, t->flags, false, d);
 		if (rc) {
 			list_free(d);
 			if (rc == -EAGAIN && may_wait)
@@ -751,7 +1050,8 @@ static void task_free(struct task *t)
 }
 
 /* Run a request that may have to wait; if it does, park it. */
-static void submit(fuse_req_t req, enum op op, fuse_ino_t ino, struct fuse_file_info *fi)
+static void submit(fuse_req_t req, enum op op, fuse_ino_t ino, struct fuse_file_info *fi,
+		   size_t size, off_t off)
 {
 	struct task *t = calloc(1, sizeof *t);
 	struct loc l;
@@ -761,6 +1061,8 @@ static void submit(fuse_req_t req, enum op op, fuse_ino_t ino, struct fuse_file_
 	t->req = req;
 	t->op = op;
 	t->ino = ino;
+	t->size = size;
+	t->off = off;
 	if (fi)
 		t->fi = *fi;
 	if (!(t->path = node_path(ino))) {
@@ -791,11 +1093,11 @@ static void submit(fuse_req_t req, enum op op, fuse_ino_t ino, struct fuse_file_
 	pthread_mutex_unlock(&g_park_lock);
 }
 
-/* What the kernel must forget: a round retention removed ("/c/s" and
- * round), or the attributes of a node (ino: a merged/ file rebuilt). */
+/* A name the kernel must forget: a round retention removed ("/c/s" and
+ * round), a merged/ file rebuilt ("/c/s/merged/<range>" and file); or,
+ * without name, a directory's attributes and listing (no_opendir). */
 struct inval {
 	char *dir, *name;
-	fuse_ino_t ino;
 	struct inval *next;
 };
 static struct inval *g_invals; /* g_park_lock */
@@ -816,6 +1118,18 @@ static fuse_ino_t node_find(const char *path)
 	return ino;
 }
 
+static void queue_inval(struct inval *iv);
+
+/* The kernel's copy of a directory's listing (no_opendir) is stale. */
+static void listing_changed(const char *dir)
+{
+	if (g_no_opendir) {
+		struct inval *iv = calloc(1, sizeof *iv);
+		iv->dir = strdup(dir);
+		queue_inval(iv);
+	}
+}
+
 static void queue_inval(struct inval *iv)
 {
 	pthread_mutex_lock(&g_park_lock);
@@ -827,27 +1141,31 @@ static void queue_inval(struct inval *iv)
 }
 
 /* The service's inputs changed: its merged/ files the kernel knows of may
- * be rebuilt, their cached attributes go. */
+ * be rebuilt. Their names go: the next lookup finds the new result, who
+ * has the old one open reads it on. */
 static void merged_changed(struct pfs_service *s)
 {
 	const char **keys;
-	char path[1024];
+	char dir[1024], path[1300];
 	size_t n;
 
 	if (!g_cfg->n_merged)
 		return;
 	n = pfs_merged_keys(s, &keys);
-	for (size_t r = 0; r < g_cfg->n_merged; r++)
+	for (size_t r = 0; r < g_cfg->n_merged; r++) {
+		snprintf(dir, sizeof dir, "/%s/%s/%s/%s", s->cluster->name, s->name,
+			 PFS_MERGED_DIR, g_cfg->merged[r].name);
+		if (!node_find(dir))
+			continue; /* the kernel knows none of its names */
+		listing_changed(dir);
 		for (size_t i = 0; i < n; i++) {
-			snprintf(path, sizeof path, "/%s/%s/%s/%s/%s.pb.gz", s->cluster->name, s->name,
-				 PFS_MERGED_DIR, g_cfg->merged[r].name, keys[i]);
-			fuse_ino_t ino = node_find(path);
-			if (ino) {
-				struct inval *iv = calloc(1, sizeof *iv);
-				iv->ino = ino;
-				queue_inval(iv);
-			}
+			struct inval *iv = calloc(1, sizeof *iv);
+			snprintf(path, sizeof path, "%s/%s.pb.gz", dir, keys[i]);
+			iv->dir = strdup(dir);
+			iv->name = strdup(path + strlen(dir) + 1);
+			queue_inval(iv);
 		}
+	}
 	free(keys);
 }
 
@@ -859,6 +1177,7 @@ static void on_removed(struct pfs_service *s, const char *round)
 	iv->dir = malloc(n);
 	snprintf(iv->dir, n, "/%s/%s", s->cluster->name, s->name);
 	iv->name = strdup(round);
+	listing_changed(iv->dir);
 	queue_inval(iv);
 	merged_changed(s);
 }
@@ -869,11 +1188,11 @@ static void run_invals(struct inval *iv)
 {
 	while (iv) {
 		struct inval *next = iv->next;
-		fuse_ino_t ino = iv->dir ? node_find(iv->dir) : 0;
-		if (ino && g_se) /* else the kernel never looked it up */
+		fuse_ino_t ino = node_find(iv->dir);
+		if (ino && g_se && iv->name) /* else the kernel never looked it up */
 			fuse_lowlevel_notify_inval_entry(g_se, ino, iv->name, strlen(iv->name));
-		if (iv->ino && g_se)
-			fuse_lowlevel_notify_inval_inode(g_se, iv->ino, 0, 0);
+		else if (ino && g_se)
+			fuse_lowlevel_notify_inval_inode(g_se, ino, 0, 0);
 		free(iv->dir);
 		free(iv->name);
 		free(iv);
@@ -970,7 +1289,11 @@ static bool interrupted(void)
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
 	(void)userdata;
-	(void)conn;
+	bool handles = getenv("PROFILEFS_OPEN_HANDLES") != NULL;
+	g_no_open = (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) && !handles;
+	g_no_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) && !handles;
+	pfs_debug("the kernel opens files %s, directories %s", g_no_open ? "alone" : "through us",
+		  g_no_opendir ? "alone" : "through us");
 }
 
 static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -1002,7 +1325,10 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	/* merged/ files are built at getattr/open, not under the directory's lock */
 	rc = attr_of(&l, 0, true, &e.attr, &e.attr_timeout);
-	e.entry_timeout = e.attr_timeout;
+	/* names of what never goes stay; their attributes may not */
+	bool stays = l.node == N_CLUSTER || l.node == N_SERVICE || l.node == N_MERGED ||
+		     l.node == N_RANGE;
+	e.entry_timeout = stays ? FROZEN_TIMEOUT : e.attr_timeout;
 	if (rc == -EAGAIN) {
 		/* in flight: an entry the kernel asks about again (getattr waits) */
 		memset(&e.attr, 0, sizeof e.attr);
@@ -1019,15 +1345,44 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, -rc);
 		goto out;
 	}
+	char *doc = NULL;
+	size_t doc_len = 0;
 	if (l.node == N_LATEST_FILE) {
 		/* the node of that round's file; the entry lasts while it is latest */
 		snprintf(path, sizeof path, "/%s/%s/%s%s/%s", l.cluster->name, l.service->name,
 			 LATEST_AT, l.round, l.file);
 		if (e.attr_timeout > 0)
 			e.attr_timeout = FROZEN_TIMEOUT;
+	} else if (l.node == N_RANGE_FILE) {
+		/* the node of this result; the entry lasts while it is current
+		 * (a new input drops it at once: merged_changed). Not built yet:
+		 * a node of its own, reading the result its getattr finds. */
+		static uint64_t gen;
+		size_t n = strlen(path);
+		if (l.version && e.attr_timeout > 0) {
+			snprintf(path + n, sizeof path - n, "%c%016llx", PIN,
+				 (unsigned long long)l.version);
+			e.attr_timeout = FROZEN_TIMEOUT;
+		} else {
+			snprintf(path + n, sizeof path - n, "%cn%llx", PIN,
+				 (unsigned long long)__atomic_add_fetch(&gen, 1, __ATOMIC_RELAXED));
+			e.attr_timeout = 0;
+		}
+	} else if (l.node == N_STATUS) {
+		/* a document made now, its own node; the name is looked up anew
+		 * at each open */
+		static uint64_t gen;
+		doc = pfs_status_json(g_cfg, g_mount_time, &doc_len);
+		e.attr.st_size = (off_t)doc_len;
+		snprintf(path, sizeof path, "/%s%c%llx", PFS_STATUS_FILE, PIN,
+			 (unsigned long long)__atomic_add_fetch(&gen, 1, __ATOMIC_RELAXED));
+		e.attr_timeout = FROZEN_TIMEOUT;
+		e.entry_timeout = 0;
 	}
 	e.ino = node_ref(path);
 	e.attr.st_ino = e.ino;
+	if (doc)
+		node_set_doc(e.ino, doc, doc_len, e.attr.st_mtime);
 	if (fuse_reply_entry(req, &e) == -ENOENT)
 		node_forget(e.ino, 1);
 out:
@@ -1050,81 +1405,56 @@ static void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)fi;
-	submit(req, OP_GETATTR, ino, NULL);
+	submit(req, OP_GETATTR, ino, NULL, 0, 0);
 }
 
 static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	submit(req, OP_OPEN, ino, fi);
+	if (g_no_open)
+		fuse_reply_err(req, ENOSYS);
+	else
+		submit(req, OP_OPEN, ino, fi, 0, 0);
 }
 
 static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
-
-	(void)ino;
-	if (h->doc) {
-		/* from a copy: once the reply is out, the reader may close (and
-		 * release free the document) while writev is still returning */
-		size_t n = (size_t)off >= h->len ? 0 : h->len - (size_t)off;
-		char *copy = malloc(n ? (n < size ? n : size) : 1);
-		if (n)
-			memcpy(copy, h->doc + off, n < size ? n : size);
-		fuse_reply_buf(req, copy, n < size ? n : size);
-		free(copy);
-		return;
-	}
-	/* a plain pread: profiles are small, splicing them costs more */
-	char *buf = malloc(size ? size : 1);
-	ssize_t n;
-	do
-		n = pread(h->fd, buf, size, off);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		fuse_reply_err(req, errno);
-	else
-		fuse_reply_buf(req, buf, (size_t)n);
-	free(buf);
+	if (fi->fh)
+		reply_read(req, (struct handle *)(uintptr_t)fi->fh, size, off);
+	else /* what it names, which may still be fetched: a task */
+		submit(req, OP_READ, ino, NULL, size, off);
 }
 
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	handle_free((struct handle *)(uintptr_t)fi->fh);
+	if (fi->fh)
+		handle_free((struct handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
 static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	submit(req, OP_OPENDIR, ino, fi);
+	if (g_no_opendir)
+		fuse_reply_err(req, ENOSYS);
+	else
+		submit(req, OP_OPENDIR, ino, fi, 0, 0);
 }
 
 static void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
-	struct listing *d = (struct listing *)(uintptr_t)fi->fh;
-	char *buf = malloc(size ? size : 1);
-	size_t used = 0;
-
-	(void)ino;
-	for (size_t i = (size_t)off; off >= 0 && i < d->n; i++) {
-		struct stat st = {.st_ino = hash_str(d->names[i]) | 1,
-				  .st_mode = d->is_dir[i] ? S_IFDIR : S_IFREG};
-		size_t n = fuse_add_direntry(req, buf + used, size - used, d->names[i], &st,
-					     (off_t)i + 1);
-		if (n > size - used)
-			break;
-		used += n;
-	}
-	fuse_reply_buf(req, buf, used);
-	free(buf);
+	if (fi->fh)
+		reply_listing(req, (struct listing *)(uintptr_t)fi->fh, size, off);
+	else /* what it names, which may wait for fetches: a task */
+		submit(req, OP_READDIR, ino, NULL, size, off);
 }
 
 static void fs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	list_free((struct listing *)(uintptr_t)fi->fh);
+	if (fi->fh)
+		list_free((struct listing *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 

@@ -17,19 +17,28 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* One merge result: a version of a merged/ file, named by its inputs. */
+struct result {
+	uint64_t sig;  /* of the inputs: the version (0: none) */
+	off_t size;
+	time_t mtime;
+	/* one input: the merge is that snapshot, served as it is */
+	char single_round[PFS_ROUND_NAME_MAX];
+	char *single_file; /* its cache key; NULL for a merge */
+};
+
 struct memo {
 	const struct pfs_service *svc;
 	const struct pfs_range *range;
 	char *key;
-	uint64_t sig;  /* of the inputs it was built from */
-	int rc;        /* 0 built, -EIO failed */
-	off_t size;
-	time_t mtime;
+	uint64_t sig;  /* of the inputs of the last build */
+	int rc;        /* 0 built (cur), -EIO failed, -ENOENT never built */
 	time_t oldest; /* input time: the result holds until it leaves the range */
-	/* one input: the merge is that snapshot, served as it is */
-	char single_round[PFS_ROUND_NAME_MAX];
-	char *single_file; /* its cache key, when is_single */
-	bool is_single;
+	struct result cur;
+	/* the version cur replaced: a reader that opened it reads on (the
+	 * kernel asks for its pages by inode, long after the open) until the
+	 * build after next */
+	struct result prev;
 	pthread_mutex_t lock; /* held while building: builds of other files run */
 	struct memo *next;
 };
@@ -121,6 +130,35 @@ static void dir_name(const struct pfs_range *r, char *out, size_t outlen)
 	snprintf(out, outlen, ".merged-%s", r->name);
 }
 
+/* The stored file of a merge: "<key>.pb.gz", and the one it replaced
+ * "<key>.pb.gz.prev" (no key's file ends so). */
+static void file_name(const char *key, bool prev, char *out, size_t outlen)
+{
+	snprintf(out, outlen, "%s.pb.gz%s", key, prev ? ".prev" : "");
+}
+
+/* Before a build: cur becomes prev, its file renamed aside. m->lock held. */
+static void retire(struct pfs_service *s, const struct pfs_range *r, const char *key,
+		   struct memo *m)
+{
+	char dir[64], file[160], old[168];
+
+	free(m->prev.single_file);
+	memset(&m->prev, 0, sizeof m->prev);
+	if (m->rc == 0) {
+		m->prev = m->cur;
+		dir_name(r, dir, sizeof dir);
+		file_name(key, false, file, sizeof file);
+		file_name(key, true, old, sizeof old);
+		if (!m->prev.single_file &&
+		    pfs_cache_rename(s->cluster->name, s->name, dir, file, old))
+			m->prev.sig = 0;
+	} else {
+		free(m->cur.single_file);
+	}
+	memset(&m->cur, 0, sizeof m->cur);
+}
+
 /* Merge and store; fills m. m->lock held. */
 static void build(struct pfs_service *s, const struct pfs_range *r, const char *key,
 		  const struct pfs_snap_input *in, size_t n, struct memo *m)
@@ -129,15 +167,17 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 	size_t *lens, gzlen = 0;
 	char err[512] = "", dir[64], file[160];
 
-	m->is_single = false;
 	if (n == 1) {
-		m->mtime = m->oldest = in[0].t;
-		m->rc = pfs_cache_stat(s->cluster->name, s->name, in[0].round, in[0].file, &m->size)
-			    ? -EIO : 0;
-		memcpy(m->single_round, in[0].round, sizeof m->single_round);
-		free(m->single_file);
-		m->single_file = strdup(in[0].file);
-		m->is_single = m->rc == 0;
+		m->cur.mtime = m->oldest = in[0].t;
+		m->rc = pfs_cache_stat(s->cluster->name, s->name, in[0].round, in[0].file,
+				       &m->cur.size)
+			    ? -EIO
+			    : 0;
+		memcpy(m->cur.single_round, in[0].round, sizeof m->cur.single_round);
+		if (!m->rc) {
+			m->cur.single_file = strdup(in[0].file);
+			m->cur.sig = m->sig;
+		}
 		if (m->rc)
 			pfs_err("merge %s/%s/%s/%s/%s.pb.gz: snapshot %s/%s is gone", s->cluster->name,
 				s->name, PFS_MERGED_DIR, r->name, key, in[0].round, in[0].file);
@@ -154,19 +194,20 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 		if (fd >= 0)
 			close(fd);
 	}
-	m->mtime = in[n - 1].t;
+	m->cur.mtime = in[n - 1].t;
 	m->oldest = in[0].t;
 	for (size_t i = 1; i < n; i++)
 		if (in[i].t < m->oldest)
 			m->oldest = in[i].t;
 	dir_name(r, dir, sizeof dir);
-	snprintf(file, sizeof file, "%s.pb.gz", key);
+	file_name(key, false, file, sizeof file);
 	if (!err[0] && pfs_pprof_merge((const uint8_t *const *)bufs, lens, n, 1u << 30, &gz, &gzlen,
 				       err, sizeof err) == 0 &&
-	    pfs_cache_publish(s->cluster->name, s->name, dir, file, gz, gzlen, m->mtime, err,
+	    pfs_cache_publish(s->cluster->name, s->name, dir, file, gz, gzlen, m->cur.mtime, err,
 			      sizeof err) == 0) {
 		m->rc = 0;
-		m->size = (off_t)gzlen;
+		m->cur.size = (off_t)gzlen;
+		m->cur.sig = m->sig;
 		pfs_debug("merged %zu snapshots into %s/%s/%s/%s/%s", n, s->cluster->name, s->name,
 			  PFS_MERGED_DIR, r->name, file);
 	} else {
@@ -211,7 +252,7 @@ static double valid_for(const struct pfs_service *s, const struct pfs_range *r,
 }
 
 static int stat_ex(struct pfs_service *s, const struct pfs_range *r, const char *key, bool build_it,
-		   off_t *size, time_t *mtime, double *valid)
+		   off_t *size, time_t *mtime, double *valid, uint64_t *version)
 {
 	struct pfs_snap_input *in;
 	size_t n;
@@ -231,6 +272,7 @@ static int stat_ex(struct pfs_service *s, const struct pfs_range *r, const char 
 	rc = 0;
 	if (m->sig != sig || m->rc == -ENOENT) {
 		if (build_it) {
+			retire(s, r, key, m);
 			m->sig = sig;
 			build(s, r, key, in, n, m);
 		} else {
@@ -239,10 +281,12 @@ static int stat_ex(struct pfs_service *s, const struct pfs_range *r, const char 
 	}
 	if (!rc) {
 		rc = m->rc;
-		*size = m->size;
-		*mtime = m->mtime;
+		*size = m->cur.size;
+		*mtime = m->cur.mtime;
 		if (valid)
 			*valid = valid_for(s, r, m);
+		if (version)
+			*version = m->cur.sig;
 	}
 	pthread_mutex_unlock(&m->lock);
 	free(in);
@@ -250,45 +294,103 @@ static int stat_ex(struct pfs_service *s, const struct pfs_range *r, const char 
 }
 
 int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
-		    time_t *mtime, double *valid)
+		    time_t *mtime, double *valid, uint64_t *version)
 {
-	return stat_ex(s, r, key, true, size, mtime, valid);
+	return stat_ex(s, r, key, true, size, mtime, valid, version);
 }
 
 int pfs_merged_peek(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
-		    time_t *mtime, double *valid)
+		    time_t *mtime, double *valid, uint64_t *version)
 {
-	return stat_ex(s, r, key, false, size, mtime, valid);
+	return stat_ex(s, r, key, false, size, mtime, valid, version);
 }
 
-int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char *key)
+double pfs_merged_listing_valid(struct pfs_service *s, const struct pfs_range *r)
 {
-	char round[PFS_ROUND_NAME_MAX], dir[64], file[160], *single_file = NULL;
-	off_t size;
-	time_t mtime;
-	int rc = pfs_merged_stat(s, r, key, &size, &mtime, NULL);
+	const char **keys;
+	size_t n = pfs_merged_keys(s, &keys);
+	double valid = 86400;
+	time_t now = time(NULL);
 
-	if (rc)
-		return rc;
+	for (size_t k = 0; k < n; k++) {
+		struct pfs_snap_input *in;
+		size_t m = inputs(s, r, keys[k], &in);
+		time_t newest = 0;
+		for (size_t i = 0; i < m; i++)
+			if (in[i].t > newest)
+				newest = in[i].t;
+		free(in);
+		if (m) {
+			double left = (double)newest + r->seconds - (double)now - 1;
+			valid = left < valid ? left : valid;
+		}
+	}
+	free(keys);
+	return valid > 0 ? valid : 0;
+}
+
+/* The result of that version, if it is cur or prev; m->lock held. */
+static const struct result *result_of(const struct memo *m, uint64_t version, bool *prev)
+{
+	*prev = false;
+	if (!version)
+		return NULL;
+	if (m->rc == 0 && m->cur.sig == version)
+		return &m->cur;
+	*prev = true;
+	return m->prev.sig == version ? &m->prev : NULL;
+}
+
+static struct memo *memo_of(struct pfs_service *s, const struct pfs_range *r, const char *key)
+{
 	pthread_mutex_lock(&g_lock);
 	struct memo *m = memo_for(s, r, key);
 	pthread_mutex_unlock(&g_lock);
+	return m;
+}
+
+int pfs_merged_version(struct pfs_service *s, const struct pfs_range *r, const char *key,
+		       uint64_t version, off_t *size, time_t *mtime)
+{
+	struct memo *m = memo_of(s, r, key);
+	bool prev;
+
 	pthread_mutex_lock(&m->lock);
-	if (m->is_single) {
-		memcpy(round, m->single_round, sizeof round);
-		single_file = strdup(m->single_file);
+	const struct result *res = result_of(m, version, &prev);
+	if (res) {
+		*size = res->size;
+		*mtime = res->mtime;
 	}
 	pthread_mutex_unlock(&m->lock);
-	if (single_file) {
-		rc = pfs_cache_open(s->cluster->name, s->name, round, single_file);
-		free(single_file);
+	return res ? 0 : -ESTALE;
+}
+
+int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char *key,
+		    uint64_t version)
+{
+	char dir[64], file[168];
+	off_t size;
+	time_t mtime;
+	bool prev;
+	int rc;
+
+	if (!version && (rc = pfs_merged_stat(s, r, key, &size, &mtime, NULL, &version)))
 		return rc;
+	struct memo *m = memo_of(s, r, key);
+	/* under the lock: a build renames cur aside, then places the new one */
+	pthread_mutex_lock(&m->lock);
+	const struct result *res = result_of(m, version, &prev);
+	if (!res) {
+		rc = -ESTALE;
+	} else if (res->single_file) {
+		rc = pfs_cache_open(s->cluster->name, s->name, res->single_round, res->single_file);
+	} else {
+		dir_name(r, dir, sizeof dir);
+		file_name(key, prev, file, sizeof file);
+		rc = pfs_cache_open(s->cluster->name, s->name, dir, file);
 	}
-	dir_name(r, dir, sizeof dir);
-	snprintf(file, sizeof file, "%s.pb.gz", key);
-	/* A rebuild renames a new file into place; this fd keeps the one
-	 * whose size getattr reported unless a rebuild raced in between. */
-	return pfs_cache_open(s->cluster->name, s->name, dir, file);
+	pthread_mutex_unlock(&m->lock);
+	return rc == -ENOENT ? -ESTALE : rc;
 }
 
 void pfs_merged_free(void)
@@ -300,7 +402,8 @@ void pfs_merged_free(void)
 			g_memos[i] = m->next;
 			pthread_mutex_destroy(&m->lock);
 			free(m->key);
-			free(m->single_file);
+			free(m->cur.single_file);
+			free(m->prev.single_file);
 			free(m);
 		}
 	pthread_mutex_unlock(&g_lock);

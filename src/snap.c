@@ -753,6 +753,21 @@ double pfs_snap_latest_valid(struct pfs_service *s)
 	return left > 0 ? left : 0;
 }
 
+bool pfs_snap_latest_settled(struct pfs_service *s)
+{
+	bool ok = false;
+
+	pthread_mutex_lock(&g_lock);
+	struct round *r = s->state->current;
+	if (!windowed(s) && r && fresh(s, r, time(NULL))) {
+		ok = true;
+		for (size_t i = 0; i < s->n_files && ok; i++)
+			ok = r->slots[i].st == SLOT_READY || r->slots[i].st == SLOT_ABSENT;
+	}
+	pthread_mutex_unlock(&g_lock);
+	return ok;
+}
+
 size_t pfs_snap_stats_count(const struct pfs_service *s)
 {
 	return s->state->n_stats;
