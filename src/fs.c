@@ -215,16 +215,25 @@ static bool is_file(enum node n)
 
 /* ---- nodes: inode number <-> path, counted by the kernel's lookups ---- */
 
+/* A pinned .status.json's document. */
+struct doc {
+	size_t len;
+	time_t t;
+	char text[]; /* len bytes and a NUL */
+};
+
+/* One per node the kernel holds: 10000 targets make 300000 of them, so
+ * what only some nodes need is shared or hung off a pointer. */
 struct inode {
 	fuse_ino_t ino;
 	uint64_t nlookup;
-	uint64_t list_sig; /* directories: of the listing last given the kernel */
-	uint64_t version;  /* a merged/ file looked up unbuilt: the result it reads */
-	char *doc;         /* a pinned .status.json: its document */
-	size_t doc_len;
-	time_t doc_time;
-	char *path;
+	union {
+		uint64_t list_sig; /* directories: of the listing last given the kernel */
+		uint64_t version;  /* a merged/ file looked up unbuilt: the result it reads */
+	};
+	struct doc *doc;           /* a pinned .status.json */
 	struct inode *next_ino, *next_path;
+	char path[];
 };
 
 static pthread_mutex_t g_nodes_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -279,9 +288,9 @@ static fuse_ino_t node_ref(const char *path)
 		if (strcmp(nd->path, path) == 0)
 			break;
 	if (!nd) {
-		nd = calloc(1, sizeof *nd);
+		nd = calloc(1, sizeof *nd + strlen(path) + 1);
 		nd->ino = g_next_ino++;
-		nd->path = strdup(path);
+		memcpy(nd->path, path, strlen(path) + 1);
 		nd->next_ino = g_by_ino[nd->ino % g_buckets];
 		g_by_ino[nd->ino % g_buckets] = nd;
 		nd->next_path = g_by_path[hash_str(path) % g_buckets];
@@ -314,7 +323,6 @@ static void node_forget(fuse_ino_t ino, uint64_t n)
 	*pp = nd->next_path;
 	g_n_nodes--;
 	pthread_mutex_unlock(&g_nodes_lock);
-	free(nd->path);
 	free(nd->doc);
 	free(nd);
 }
@@ -340,10 +348,11 @@ static void node_set_doc(fuse_ino_t ino, char *doc, size_t len, time_t t)
 	pthread_mutex_lock(&g_nodes_lock);
 	struct inode *nd = node_by_ino(ino);
 	if (nd && !nd->doc) {
-		nd->doc = doc;
-		nd->doc_len = len;
-		nd->doc_time = t;
-		doc = NULL;
+		nd->doc = malloc(sizeof *nd->doc + len + 1);
+		nd->doc->len = len;
+		nd->doc->t = t;
+		memcpy(nd->doc->text, doc, len);
+		nd->doc->text[len] = 0;
 	}
 	pthread_mutex_unlock(&g_nodes_lock);
 	free(doc);
@@ -357,11 +366,11 @@ static int node_doc(fuse_ino_t ino, char **copy, size_t *len, time_t *t)
 	pthread_mutex_lock(&g_nodes_lock);
 	struct inode *nd = node_by_ino(ino);
 	if (nd && nd->doc) {
-		*len = nd->doc_len;
-		*t = nd->doc_time;
+		*len = nd->doc->len;
+		*t = nd->doc->t;
 		if (copy) {
-			*copy = malloc(nd->doc_len + 1);
-			memcpy(*copy, nd->doc, nd->doc_len + 1);
+			*copy = malloc(nd->doc->len + 1);
+			memcpy(*copy, nd->doc->text, nd->doc->len + 1);
 		}
 		rc = 0;
 	}
@@ -422,7 +431,6 @@ static void nodes_free(void)
 	for (size_t i = 0; i < g_buckets; i++)
 		for (struct inode *nd = g_by_ino[i], *next; nd; nd = next) {
 			next = nd->next_ino;
-			free(nd->path);
 			free(nd->doc);
 			free(nd);
 		}
