@@ -106,6 +106,28 @@ def test_symlinked_file_in_a_round_is_not_served(goapp, mount, tmp_path):
         (m.path / "local/app" / r / "goroutine.pb.gz").read_bytes()
 
 
+def test_a_crash_leftover_staged_file_is_neither_listed_nor_served(goapp, mount):
+    """Snapshots are staged in their round's directory (.stage.<pid>.<n>)
+    and renamed into place once on disk. One a crash left behind, even
+    a whole one, is not a snapshot: absent from the listing, ENOENT, and
+    the round's real files are as they were."""
+    app = goapp()
+    m = mount(config_for({"app": {"targets": [app.base], "profiles": ["heap"]}},
+                         retention="3650d", latest_ttl=3600))
+    data = (m.path / "local/app/latest/heap.pb.gz").read_bytes()
+    m.stop()
+    [r] = [d for d in os.listdir(m.cache / "local/app") if d[0].isdigit()]
+    assert os.listdir(m.cache / "local/app" / r) == ["heap.pb.gz"]  # nothing staged left
+    (m.cache / "local/app" / r / ".stage.1.1").write_bytes(data[:10])
+    m.start()
+    assert os.listdir(m.path / "local/app" / r) == ["heap.pb.gz"]
+    with pytest.raises(OSError) as e:
+        os.stat(m.path / "local/app" / r / ".stage.1.1")
+    assert e.value.errno == errno.ENOENT
+    assert (m.path / "local/app" / r / "heap.pb.gz").read_bytes() == data
+    pprof_top(m.path / "local/app" / r / "heap.pb.gz")
+
+
 def mount_fails(profilefs_bin, tmp_path, cfg, name="mnt"):
     path = tmp_path / f"{name}.json"
     import json
