@@ -940,11 +940,35 @@ static void reply_err(struct task *t, int err)
 	fuse_reply_err(t->req, err);
 }
 
+/* A task's work failed with rc: wait (-EAGAIN, if it may), or answer. */
+static int failed(struct task *t, int rc, bool may_wait)
+{
+	if (rc == -EAGAIN && may_wait)
+		return rc;
+	reply_err(t, rc == -EAGAIN ? EIO : -rc);
+	return 0;
+}
+
+/* The listing of a directory task (NULL and *rc if none). */
+static struct listing *task_listing(struct task *t, struct loc *l, bool quiet, int *rc)
+{
+	struct listing *d = calloc(1, sizeof *d);
+
+	*rc = is_file(l->node) ? -ENOTDIR : list_dir(l, t->flags, quiet, d);
+	if (*rc) {
+		list_free(d);
+		return NULL;
+	}
+	return d;
+}
+
 /* Answer t, unless it would wait (and may: returns -EAGAIN). */
 static int run_task(struct task *t, bool may_wait)
 {
 	struct loc l;
 	struct stat st;
+	struct handle *h;
+	struct listing *d;
 	double timeout;
 	int rc;
 
@@ -955,76 +979,40 @@ static int run_task(struct task *t, bool may_wait)
 	l.ino = t->ino;
 	switch (t->op) {
 	case OP_GETATTR:
-		rc = attr_of(&l, t->flags, false, &st, &timeout);
-		if (rc == -EAGAIN && may_wait)
-			return rc;
-		if (rc) {
-			reply_err(t, rc == -EAGAIN ? EIO : -rc);
-			return 0;
-		}
+		if ((rc = attr_of(&l, t->flags, false, &st, &timeout)))
+			return failed(t, rc, may_wait);
 		st.st_ino = t->ino;
 		unpark(t);
 		fuse_reply_attr(t->req, &st, timeout);
 		return 0;
-	case OP_OPEN: {
-		struct handle *h;
-		rc = open_file(&l, t->flags, &t->fi, &h);
-		if (rc == -EAGAIN && may_wait)
-			return rc;
-		if (rc) {
-			reply_err(t, rc == -EAGAIN ? EIO : -rc);
-			return 0;
-		}
+	case OP_OPEN:
+		if ((rc = open_file(&l, t->flags, &t->fi, &h)))
+			return failed(t, rc, may_wait);
 		t->fi.fh = (uint64_t)(uintptr_t)h;
 		open_track(&h->ref, handle_ref_free);
 		unpark(t);
 		if (fuse_reply_open(t->req, &t->fi) == -ENOENT) /* the caller went away */
 			handle_free(h);
 		return 0;
-	}
-	case OP_READDIR: {
-		struct listing *d = calloc(1, sizeof *d);
-		/* its first part may start work, the rest only read */
-		rc = is_file(l.node) ? -ENOTDIR : list_dir(&l, t->flags, t->off > 0, d);
-		if (rc == -EAGAIN && may_wait) {
-			list_free(d);
-			return rc;
-		}
-		if (rc) {
-			list_free(d);
-			reply_err(t, rc == -EAGAIN ? EIO : -rc);
-			return 0;
-		}
-		unpark(t);
-		reply_listing(t->req, d, t->size, t->off);
-		list_free(d);
-		return 0;
-	}
-	case OP_READ: {
-		struct handle *h;
+	case OP_READ:
 		t->fi.flags = O_RDONLY;
-		rc = open_file(&l, t->flags, &t->fi, &h);
-		if (rc == -EAGAIN && may_wait)
-			return rc;
-		if (rc) {
-			reply_err(t, rc == -EAGAIN ? EIO : -rc);
-			return 0;
-		}
+		if ((rc = open_file(&l, t->flags, &t->fi, &h)))
+			return failed(t, rc, may_wait);
 		unpark(t);
 		reply_read(t->req, h, t->size, t->off);
 		handle_free(h);
 		return 0;
-	}
-	case OP_OPENDIR: {
-		struct listing *d = calloc(1, sizeof *d);
-		rc = is_file(l.node) ? -ENOTDIR : list_dir(&l, t->flags, false, d);
-		if (rc) {
-			list_free(d);
-			if (rc == -EAGAIN && may_wait)
-				return rc;
-			reply_err(t, rc == -EAGAIN ? EIO : -rc);
-			return 0;
-		}
+	case OP_READDIR:
+		/* its first part may start work, the rest only read */
+		if (!(d = task_listing(t, &l, t->off > 0, &rc)))
+			return failed(t, rc, may_wait);
+		unpark(t);
+		reply_listing(t->req, d, t->size, t->off);
+		list_free(d);
+		return 0;
+	case OP_OPENDIR:
+		if (!(d = task_listing(t, &l, false, &rc)))
+			return failed(t, rc, may_wait);
 		t->fi.fh = (uint64_t)(uintptr_t)d;
 		/* the kernel keeps its copy of the listing while it is the same */
 		t->fi.cache_readdir = 1;
@@ -1034,7 +1022,6 @@ static int run_task(struct task *t, bool may_wait)
 		if (fuse_reply_open(t->req, &t->fi) == -ENOENT)
 			list_free(d);
 		return 0;
-	}
 	}
 	return 0;
 }
