@@ -4,8 +4,9 @@
  * No request holds a thread while a fetch runs: lookup never waits (a
  * file whose fetch is in flight gets an entry the kernel must not cache),
  * and getattr, read or readdir (open, opendir: see g_no_open) that would
- * wait are parked and answered by the retry thread when a fetch of their service finishes, when they are
- * interrupted (EINTR), or past their deadline (EIO). So a slow profile
+ * wait are parked and answered by the retry thread when a fetch of their
+ * service finishes, when they are interrupted (EINTR), or past their
+ * deadline (EIO). So a slow profile
  * stalls neither its directory (the kernel serializes lookups per
  * directory: libfuse 3.14 never grants FUSE_PARALLEL_DIROPS) nor other
  * requests. */
@@ -59,6 +60,15 @@ static bool g_no_open;
  * has work to start (a snapshot due: latest_ttl passed, a discovery due)
  * its mtime differs at every getattr, so the next listing reaches us. */
 static bool g_no_opendir;
+
+/* A number never given before: what makes pinned node names and due
+ * directories' mtimes unique. */
+static uint64_t fresh_gen(void)
+{
+	static uint64_t gen;
+
+	return __atomic_add_fetch(&gen, 1, __ATOMIC_RELAXED);
+}
 
 /* ---- paths ---- */
 
@@ -451,7 +461,6 @@ static void fill_dir(struct stat *st, time_t mtime)
 
 static int listing_nsec(struct loc *l, int flags, double *timeout, long *nsec);
 
-
 static void fill_file(struct stat *st, off_t size, time_t mtime)
 {
 	st->st_mode = S_IFREG | 0444;
@@ -722,13 +731,14 @@ static bool listing_due(struct loc *l, double *timeout)
 			due = left <= 0;
 			*timeout = min_d(*timeout, left);
 		}
+		if (due || c->src->windows) /* windows are fetched when read */
+			return due;
 		size_t n = pfs_cluster_services(c, &svcs);
-		for (size_t i = 0; i < n && !due; i++)
-			if (!c->src->windows) { /* windows are fetched when read */
-				double v = pfs_snap_latest_valid(svcs[i]);
-				due = v <= 0 || !pfs_snap_latest_settled(svcs[i]);
-				*timeout = min_d(*timeout, v);
-			}
+		for (size_t i = 0; i < n && !due; i++) {
+			double v = pfs_snap_latest_valid(svcs[i]);
+			due = v <= 0 || !pfs_snap_latest_settled(svcs[i]);
+			*timeout = min_d(*timeout, v);
+		}
 		free(svcs);
 		return due;
 	}
@@ -758,14 +768,13 @@ static bool listing_due(struct loc *l, double *timeout)
  * or, while a listing has work to start, a value never given before. */
 static int listing_nsec(struct loc *l, int flags, double *timeout, long *nsec)
 {
-	static uint64_t gen;
 	int rc;
 
 	if (listing_due(l, timeout)) {
 		/* not 0: each path walk through a directory checks its
 		 * permissions, from attributes that must be fresh */
 		*timeout = l->node == N_LATEST ? 0 : DIR_TIMEOUT;
-		*nsec = (long)(__atomic_add_fetch(&gen, 1, __ATOMIC_RELAXED) % 1000000000);
+		*nsec = (long)(fresh_gen() % 1000000000);
 		return 0;
 	}
 	struct listing *d = calloc(1, sizeof *d);
@@ -1141,7 +1150,7 @@ static void queue_inval(struct inval *iv)
 static void merged_changed(struct pfs_service *s)
 {
 	const char **keys;
-	char dir[1024], path[1300];
+	char dir[1024], name[256];
 	size_t n;
 
 	if (!g_cfg->n_merged)
@@ -1155,9 +1164,9 @@ static void merged_changed(struct pfs_service *s)
 		listing_changed(dir);
 		for (size_t i = 0; i < n; i++) {
 			struct inval *iv = calloc(1, sizeof *iv);
-			snprintf(path, sizeof path, "%s/%s.pb.gz", dir, keys[i]);
+			snprintf(name, sizeof name, "%s.pb.gz", keys[i]);
 			iv->dir = strdup(dir);
-			iv->name = strdup(path + strlen(dir) + 1);
+			iv->name = strdup(name);
 			queue_inval(iv);
 		}
 	}
@@ -1352,7 +1361,6 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		/* the node of this result; the entry lasts while it is current
 		 * (a new input drops it at once: merged_changed). Not built yet:
 		 * a node of its own, reading the result its getattr finds. */
-		static uint64_t gen;
 		size_t n = strlen(path);
 		if (l.version && e.attr_timeout > 0) {
 			snprintf(path + n, sizeof path - n, "%c%016llx", PIN,
@@ -1360,17 +1368,16 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			e.attr_timeout = FROZEN_TIMEOUT;
 		} else {
 			snprintf(path + n, sizeof path - n, "%cn%llx", PIN,
-				 (unsigned long long)__atomic_add_fetch(&gen, 1, __ATOMIC_RELAXED));
+				 (unsigned long long)fresh_gen());
 			e.attr_timeout = 0;
 		}
 	} else if (l.node == N_STATUS) {
 		/* a document made now, its own node; the name is looked up anew
 		 * at each open */
-		static uint64_t gen;
 		doc = pfs_status_json(g_cfg, g_mount_time, &doc_len);
 		e.attr.st_size = (off_t)doc_len;
 		snprintf(path, sizeof path, "/%s%c%llx", PFS_STATUS_FILE, PIN,
-			 (unsigned long long)__atomic_add_fetch(&gen, 1, __ATOMIC_RELAXED));
+			 (unsigned long long)fresh_gen());
 		e.attr_timeout = FROZEN_TIMEOUT;
 		e.entry_timeout = 0;
 	}

@@ -241,6 +241,15 @@ static struct memo *memo_for(struct pfs_service *s, const struct pfs_range *r, c
 	return m;
 }
 
+/* The memo of a file, made if new (under the table's lock). */
+static struct memo *memo_of(struct pfs_service *s, const struct pfs_range *r, const char *key)
+{
+	pthread_mutex_lock(&g_lock);
+	struct memo *m = memo_for(s, r, key);
+	pthread_mutex_unlock(&g_lock);
+	return m;
+}
+
 /* Seconds m holds: until its oldest input leaves the range (a new input
  * invalidates it sooner: fs.c tells the kernel). Windows: not at all. */
 static double valid_for(const struct pfs_service *s, const struct pfs_range *r,
@@ -265,9 +274,7 @@ static int stat_ex(struct pfs_service *s, const struct pfs_range *r, const char 
 		return -ENOENT;
 	}
 	uint64_t sig = signature(in, n);
-	pthread_mutex_lock(&g_lock);
-	struct memo *m = memo_for(s, r, key);
-	pthread_mutex_unlock(&g_lock);
+	struct memo *m = memo_of(s, r, key);
 	pthread_mutex_lock(&m->lock);
 	rc = 0;
 	if (m->sig != sig || m->rc == -ENOENT) {
@@ -339,14 +346,6 @@ static const struct result *result_of(const struct memo *m, uint64_t version, bo
 		return &m->cur;
 	*prev = true;
 	return m->prev.sig == version ? &m->prev : NULL;
-}
-
-static struct memo *memo_of(struct pfs_service *s, const struct pfs_range *r, const char *key)
-{
-	pthread_mutex_lock(&g_lock);
-	struct memo *m = memo_for(s, r, key);
-	pthread_mutex_unlock(&g_lock);
-	return m;
 }
 
 int pfs_merged_version(struct pfs_service *s, const struct pfs_range *r, const char *key,
