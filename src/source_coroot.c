@@ -3,8 +3,9 @@
  *   login     POST /api/login {"email","password"} -> cookie coroot_session
  *   services  GET /api/project/<p>/overview/applications -> data.applications[].id
  *   files     GET /api/project/<p>/app/<id>/profiling -> data.profiles[].type
- *   bytes     the same with query={"type","from","to"} (seconds) and from/to
- *             (ms): data.profile.flamegraph, a tree of {name,total,self,
+ *   bytes     the same with query={"type","from","to"} and from/to, all in
+ *             unix ms (coroot's timeseries.Time decodes ms; seconds there
+ *             would ask about January 1970): data.profile.flamegraph, a tree of {name,total,self,
  *             children}, turned into a profile.proto whose samples are the
  *             tree's self values (stacks root to node); cpu types get
  *             Go's samples/count + cpu/nanoseconds sample types. */
@@ -102,7 +103,12 @@ static int parse_data(const uint8_t *body, size_t len, const char *what, json_t 
 	json_t *root = json_loadb((const char *)body, len, 0, &jerr);
 
 	if (!root || !json_is_object(json_object_get(root, "data"))) {
-		snprintf(err, errlen, "%s: HTTP 200, %s", what, root ? "no \"data\" object" : "bad JSON");
+		/* coroot answers an unknown project with 200 and "data": null */
+		snprintf(err, errlen, "%s: HTTP 200, %s", what,
+			 !root ? "bad JSON"
+			 : json_is_null(json_object_get(root, "data"))
+			       ? "\"data\": null (an unknown project, or no data yet)"
+			       : "no \"data\" object");
 		json_decref(root);
 		return -1;
 	}
@@ -376,7 +382,7 @@ static void start(struct pfs_job *j)
 	struct pfs_cluster *c = j->svc->cluster;
 	const struct pfs_target *t = session_target(c);
 	json_t *query = json_pack("{s:s, s:I, s:I}", "type", j->file->type_id, "from",
-				  (json_int_t)j->from, "to", (json_int_t)j->to);
+				  (json_int_t)j->from * 1000, "to", (json_int_t)j->to * 1000);
 	char base[4096], *q = json_dumps(query, JSON_COMPACT | JSON_PRESERVE_ORDER), *qe;
 
 	json_decref(query);

@@ -1,7 +1,11 @@
 """kind "coroot": flame graphs of Coroot's profiling view turned into
 profile.proto (fake Coroot with session-cookie login)."""
+import json
 import os
 import time
+import urllib.error
+import urllib.request
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
@@ -63,6 +67,13 @@ def test_flamegraph_becomes_valid_pprof(fake, mount, tmp_path):
     assert m.error_lines() == []
     assert "c0r00t-s3cret" not in m.log() and "sess-abc123" not in m.log()
     assert all(c[2].get("Cookie") == "coroot_session=sess-abc123" for c in fake.calls if c[0] == "GET")
+    # the query's from/to are unix ms, like the URL's (coroot decodes ms)
+    views = [parse_qs(urlparse(c[1]).query) for c in fake.calls if "query" in c[1]]
+    assert views
+    for v in views:
+        q = json.loads(v["query"][0])
+        assert (q["from"], q["to"]) == (int(v["from"][0]), int(v["to"][0]))
+        assert abs(q["from"] / 1000 - time.time()) < 3 * 86400, q
 
 
 def test_window_without_profiles_has_no_file(fake, mount):
@@ -80,8 +91,27 @@ def test_login_refused(fake, mount):
     assert len(errs) == 1 and "login: HTTP 404" in errs[0], errs
 
 
+def test_unknown_project_is_an_empty_cluster_with_reason(fake, mount):
+    """coroot answers a project it does not have with 200 and "data": null."""
+    m = mount(cfg(fake, project="staging"))
+    assert os.listdir(m.path / "coroot") == []
+    errs = m.error_lines()
+    assert len(errs) == 1 and '"data": null (an unknown project' in errs[0], errs
+
+
+@pytest.mark.parametrize("body,status,text", [(b"{}", 400, b"\n"), (b"not json", 400, b"\n"),
+                                              (b'{"email":"admin@example.com","password":"x"}',
+                                               404, b"Invalid email or password.\n")])
+def test_fake_login_refuses_as_coroot_does(fake, body, status, text):
+    req = urllib.request.Request(fake.url + "/api/login", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=5)
+    assert (e.value.code, e.value.read()) == (status, text)
+
+
 @pytest.mark.parametrize("mode,reason", [("badjson", "bad JSON"),
-                                         ("expired", "HTTP 401: unauthorized"),
+                                         ("expired", "HTTP 401"),
                                          ("notfound", "HTTP 404: application not found"),
                                          ("chwarning", "coroot: clickhouse error: timeout"),
                                          ("slow", "timed out")])

@@ -1,6 +1,13 @@
 """A fake Coroot: session-cookie login, the applications overview and the
 profiling view, with the JSON shapes of coroot's api/views (flame graph
-nodes {name,total,self,comp,children,color_by,data})."""
+nodes {name,total,self,comp,children,color_by,data}).
+
+As coroot does: the login body must be JSON with email and password (else
+400, empty), wrong ones are 404 "Invalid email or password."; a request
+without the session is 401 with an empty body; an unknown project is 200
+with "data": null; the profiling view's query={"type","from","to"} takes
+from/to in unix MILLISECONDS (timeseries.Time divides by 1000), so seconds
+there ask about January 1970, where there are no profiles."""
 import json
 import time
 from urllib.parse import parse_qs, unquote, urlparse
@@ -38,12 +45,20 @@ def flamegraph(app, type_, frm):
 class H(Handler):
     def do_POST(self):
         f = self.fake
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         f.calls.append(("POST", self.path, self.headers))
         if self.path != "/api/login":
-            return self.reply(404, b"not found", "text/plain")
-        if body != {"email": f.email, "password": f.password}:
-            return self.reply(404, b"Invalid email or password\n", "text/plain")
+            return self.reply(404, b"404 page not found\n", "text/plain")
+        try:
+            body = json.loads(raw)
+            ok = isinstance(body, dict) and all(isinstance(body.get(k), str) and body[k]
+                                                for k in ("email", "password"))
+        except ValueError:
+            ok = False
+        if not ok:  # forms.ReadAndValidate failed
+            return self.reply(400, b"\n", "text/plain")
+        if (body["email"], body["password"]) != (f.email, f.password):
+            return self.reply(404, b"Invalid email or password.\n", "text/plain")
         self.send_response(200)
         self.send_header("Set-Cookie", f"coroot_session={f.session}; Path=/; HttpOnly")
         self.send_header("Content-Length", "0")
@@ -57,8 +72,10 @@ class H(Handler):
         if f.mode == "slow":
             time.sleep(30)
         if f"coroot_session={f.session}" not in self.headers.get("Cookie", "") or f.mode == "expired":
-            return self.reply(401, b"unauthorized\n", "text/plain")
+            return self.reply(401, b"\n", "text/plain")
         ctx = {"status": {"status": "ok"}, "search": {}}
+        if u.path.startswith("/api/project/") and not u.path.startswith(f"/api/project/{f.project}/"):
+            return self.reply(200, {"context": ctx, "data": None})
         if u.path == f"/api/project/{f.project}/overview/applications":
             apps = [{"id": a, "category": "application", "labels": {}, "status": "ok",
                      "upstreams": [], "downstreams": []} for a in f.apps]
@@ -78,10 +95,12 @@ class H(Handler):
                 "profile": {"type": CPU, "flamegraph": None, "diff": False}, "chart": None}
         if "query" in q:
             query = json.loads(q["query"])
-            frm, to = int(q["from"]), int(q["to"])
-            assert query["from"] * 1000 == frm and query["to"] * 1000 == to
+            # timeseries.Time: ms -> s; absent: the URL's from (ms too)
+            frm = (query.get("from") or int(q.get("from", 0))) // 1000
             view["profile"]["type"] = query["type"]
-            if f.mode == "chwarning":
+            if frm < time.time() - 30 * 86400:  # nothing stored then
+                view.update(status="unknown", message="No profiles found")
+            elif f.mode == "chwarning":
                 view.update(status="warning", message="clickhouse error: timeout")
             elif f.depth and query["type"] == CPU:
                 view["profile"]["flamegraph"] = "@FG@"
@@ -89,7 +108,7 @@ class H(Handler):
                     '"@FG@"', deep_flamegraph_json(f.depth))
                 return self.reply(200, body.encode())
             elif (app, query["type"]) not in f.empty:
-                view["profile"]["flamegraph"] = flamegraph(app, query["type"], query["from"])
+                view["profile"]["flamegraph"] = flamegraph(app, query["type"], frm)
             else:
                 view.update(status="unknown", message="No profiles found")
         self.reply(200, {"context": ctx, "data": view})
