@@ -100,6 +100,8 @@ struct pfs_range {
 };
 
 #define PFS_MAX_RANGES 8
+/* the longest cpu profile nats-server's PROFILEZ takes, in seconds */
+#define PFS_NATS_CPU_MAX 15
 /* Most <time> windows one API cluster shows (range / window). */
 #define PFS_MAX_WINDOWS 10000
 

@@ -593,6 +593,12 @@ static int parse_api(struct parser *p, json_t *obj, const char *where, const cha
 	a->token = dup_or_null(token);
 	c->profiles = s->profiles;
 	c->cpu_seconds = s->cpu_seconds;
+	/* nats-server's PROFILEZ answers a cpu duration over 15 s with an error */
+	if (nats && c->cpu_seconds > PFS_NATS_CPU_MAX) {
+		pfs_warn("config: %s.cpu_seconds: %g s is more than NATS PROFILEZ takes (at most "
+			 "%d s); using %d s", where, c->cpu_seconds, PFS_NATS_CPU_MAX, PFS_NATS_CPU_MAX);
+		c->cpu_seconds = PFS_NATS_CPU_MAX;
+	}
 	return 0;
 }
 

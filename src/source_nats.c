@@ -151,9 +151,13 @@ static int decode_reply(const char *data, size_t len, uint8_t **gz, size_t *gzle
 		snprintf(err, errlen, "error %lld: %s",
 			 (long long)json_integer_value(json_object_get(e, "code")),
 			 json_string_value(json_object_get(e, "description")) ?: "");
-	else if (json_string_length(json_object_get(d, "error")))
-		snprintf(err, errlen, "profilez: %s", json_string_value(json_object_get(d, "error")));
-	else if (!json_is_string(prof))
+	else if (json_string_length(json_object_get(d, "error"))) {
+		const char *msg = json_string_value(json_object_get(d, "error"));
+		/* before 2.10.19, "cpu" is looked up as a runtime profile */
+		bool old = strcmp(msg, "Profile \"cpu\" not found") == 0;
+		snprintf(err, errlen, "profilez: %s%s", msg,
+			 old ? " (cpu profiles need nats-server 2.10.19 or later)" : "");
+	} else if (!json_is_string(prof))
 		snprintf(err, errlen, "reply has no data.profile");
 	else if (pfs_base64_decode(json_string_value(prof), json_string_length(prof), gz, gzlen))
 		snprintf(err, errlen, "data.profile is not base64");

@@ -71,10 +71,24 @@ def test_servers_are_services_and_profilez_bytes(nats, mount, tmp_path):
 
 
 def test_profilez_error_is_eio_with_reason(nats, mount):
-    m = mount(nats_cfg(nats, cpu_seconds=20, profiles=["cpu"]))
+    nats["responder"].cpu = False  # a server before 2.10.19
+    m = mount(nats_cfg(nats, profiles=["cpu"]))
     assert_fetch_fails(m, "nats/nats-a/latest/cpu.pb.gz",
-                       "profilez: Duration 20s should be between 0s and 15s",
+                       'profilez: Profile "cpu" not found (cpu profiles need nats-server 2.10.19',
                        f"$SYS.REQ.SERVER.{nats['responder'].server_id}.PROFILEZ")
+
+
+def test_cpu_seconds_over_15_is_capped_and_said(nats, mount, tmp_path):
+    """PROFILEZ refuses a cpu duration over 15 s ("Duration 20s should be
+    between 0s and 15s"): 20 became an EIO on every cpu file."""
+    m = mount(nats_cfg(nats, cpu_seconds=20, profiles=["cpu"], timeout=10))
+    warn = [l for l in m.log().splitlines() if "warning: config" in l]
+    assert len(warn) == 1 and "clusters.nats.cpu_seconds: 20 s is more than NATS PROFILEZ " \
+        "takes (at most 15 s); using 15 s" in warn[0], warn
+    shutil.copy(m.path / "nats/nats-a/latest/cpu.pb.gz", tmp_path / "cpu.pb.gz")
+    assert "Type: cpu" in pprof_top(tmp_path / "cpu.pb.gz")
+    assert [r.get("duration") for r in nats["responder"].requests] == [15 * 10**9]
+    assert m.error_lines() == []
 
 
 @pytest.mark.parametrize("mode,reason", [("silent", "nats: Timeout"),

@@ -19,6 +19,8 @@ NAMES = {"goroutine", "threadcreate", "heap", "allocs", "block", "mutex"}
 class Responder:
     def __init__(self, port, user, password, prof_port):
         self.prof_port, self.mode = prof_port, "ok"
+        self.cpu = True  # False: as before 2.10.19, "cpu" is no profile name
+        self.requests = []  # the request JSON of each PROFILEZ asked
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.f = self.sock.makefile("rb")
         info = json.loads(self.f.readline().split(b" ", 1)[1])
@@ -65,6 +67,7 @@ class Responder:
         except ValueError as e:
             out = {"server": server, "error": {"code": 400, "description": str(e)}}
         else:
+            self.requests.append(opts)
             out = {"server": server, "data": self._profilez(opts)}
         if self.mode == "garbage":
             out = {"server": server, "data": {"profile": base64.b64encode(b"junk" * 10).decode()}}
@@ -75,7 +78,7 @@ class Responder:
         name, duration = opts.get("name", ""), opts.get("duration", 0)
         if name == "":
             return {"error": "Profile name not specified"}
-        if name == "cpu":
+        if name == "cpu" and self.cpu:
             if not 0 < duration <= 15 * 10**9:
                 return {"error": f"Duration {duration / 1e9:g}s should be between 0s and 15s"}
             path = f"profile?seconds={max(1, duration // 10**9)}"
