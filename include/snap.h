@@ -45,8 +45,12 @@ void pfs_snap_set_hooks(pfs_snap_change_fn on_change, bool (*interrupted)(void),
  * fresh, nothing in flight (windows: every file fetched or absent). Its
  * directory, listing and files may be cached by the kernel. */
 bool pfs_snap_round_frozen(struct pfs_service *s, const char *round);
-/* Longest a fetch of this service can take, plus a margin. */
+/* Longest a fetch of this service can take (a cpu one queued behind others
+ * of its process included), plus a margin. */
 double pfs_snap_max_wait(const struct pfs_service *s);
+/* Unmounting: start no more fetches; cpu fetches still queued behind
+ * another of their process fail ("unmounting") as the one ahead ends. */
+void pfs_snap_stop_starts(void);
 
 /* Flags of the calls below. Without PFS_SNAP_WAIT they return -EAGAIN
  * instead of waiting (the fetches they need are started); with

@@ -59,6 +59,11 @@ struct pfs_source_ops {
 	/* The kind's decoder of an upstream answer (also what tests/fuzz
 	 * feeds hostile bytes to). */
 	pfs_decode_fn decode;
+	/* The process a cpu profile of file f would profile (a pprof target's
+	 * host:port, a NATS server's id), into out: cpu fetches of one key run
+	 * one at a time (cpugate.h). False: no such key. May be NULL. */
+	bool (*cpu_key)(const struct pfs_service *s, const struct pfs_file *f, char *out,
+			size_t outlen);
 };
 
 const struct pfs_source_ops *pfs_source_find(const char *kind);

@@ -145,6 +145,7 @@ static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_ar
 	pfs_fs_set_session(NULL);
 	fuse_session_unmount(se);
 	pfs_snap_sweeper_stop();
+	pfs_snap_stop_starts();
 	pfs_fetcher_stop(); /* fails what is in flight: their jobs go to the pool */
 	pfs_work_stop();    /* which finishes them */
 	pfs_cache_committer_stop(); /* and commits what they stored */

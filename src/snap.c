@@ -2,6 +2,7 @@
 #include "snap.h"
 
 #include "cache.h"
+#include "cpugate.h"
 #include "log.h"
 #include "merged.h"
 #include "pprof.h"
@@ -42,6 +43,7 @@ struct job_priv {
 	struct round *round;
 	int slot;
 	size_t size; /* of the snapshot being made durable */
+	char *gate;  /* cpu: the key of the process it profiles (cpugate.h) */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -50,6 +52,7 @@ static struct pfs_config *g_cfg;
 static pfs_snap_change_fn g_on_change;
 static bool (*g_interrupted)(void);
 static pfs_snap_removed_fn g_on_removed;
+static bool g_draining; /* unmounting: queued cpu fetches fail, none start */
 
 void pfs_snap_set_hooks(pfs_snap_change_fn on_change, bool (*interrupted)(void),
 			pfs_snap_removed_fn on_removed)
@@ -412,6 +415,38 @@ static size_t stats_index(const struct pfs_service *s, int slot)
 	return s->n_targets ? s->files[slot].target : 0;
 }
 
+static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason);
+
+/* A cpu fetch of `gate`'s process is done: start the next one waiting for
+ * it, or (unmounting) fail them all. Without g_lock; frees gate. */
+static void gate_next(char *gate)
+{
+	for (;;) {
+		pthread_mutex_lock(&g_lock);
+		struct pfs_job *next = pfs_cpugate_leave(gate);
+		if (next && !g_draining) {
+			next->svc->cluster->src->start(next);
+			next = NULL;
+		}
+		pthread_mutex_unlock(&g_lock);
+		if (!next)
+			break;
+		struct job_priv *jp = next->priv;
+		free(jp->gate); /* it holds the gate: this loop lets it go */
+		jp->gate = NULL;
+		settle(next, -1, 0, "unmounting; it was queued behind another cpu profile of that "
+			    "process and never started");
+	}
+	free(gate);
+}
+
+void pfs_snap_stop_starts(void)
+{
+	pthread_mutex_lock(&g_lock);
+	g_draining = true;
+	pthread_mutex_unlock(&g_lock);
+}
+
 /* The end of a job: its slot settles. rc as pfs_job_finish's, reason of a
  * failure. */
 static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason)
@@ -453,11 +488,14 @@ static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason)
 	if (g_on_change)
 		g_on_change(s);
 
+	char *gate = jp->gate;
 	free(j->post);
 	free(j->url);
 	free(j->what);
 	free(jp);
 	free(j);
+	if (gate)
+		gate_next(gate);
 }
 
 /* On the committer thread: the snapshot is on disk, or could not be. */
@@ -509,6 +547,27 @@ static double slot_timeout(const struct pfs_service *s, int slot)
 	return f->profile == PFS_CPU ? t + s->cpu_seconds : t;
 }
 
+/* The cpu gate key of a slot, or false (not cpu, or the kind has none). */
+static bool gate_key(const struct pfs_service *s, int slot, char *out, size_t outlen)
+{
+	const struct pfs_source_ops *src = s->cluster->src;
+
+	return s->files[slot].profile == PFS_CPU && src->cpu_key &&
+	       src->cpu_key(s, &s->files[slot], out, outlen);
+}
+
+/* How long a reader of the slot may have to wait: its fetch's timeout, or
+ * longer while it queues behind other cpu profiles of its process. */
+static double slot_wait(const struct pfs_service *s, int slot)
+{
+	double t = slot_timeout(s, slot), b;
+	char key[512];
+
+	if (gate_key(s, slot, key, sizeof key) && (b = pfs_cpugate_backlog(key)) > t)
+		t = b;
+	return t;
+}
+
 static void start_slot_ex(struct pfs_service *s, struct round *r, int slot, time_t now, int flags);
 
 /* Start the fetch of a slot unless it is done, in flight, or failed too
@@ -524,7 +583,7 @@ static void start_slot_ex(struct pfs_service *s, struct round *r, int slot, time
 	struct pfs_job *j;
 	struct job_priv *jp;
 
-	if (sl->st == SLOT_READY || sl->st == SLOT_FETCHING || sl->st == SLOT_ABSENT ||
+	if (g_draining || sl->st == SLOT_READY || sl->st == SLOT_FETCHING || sl->st == SLOT_ABSENT ||
 	    (sl->st == SLOT_FAILED && ((flags & PFS_SNAP_NO_RETRY) ||
 	     (now - sl->failed_at < (time_t)g_cfg->retry_after && now >= sl->failed_at))))
 		return;
@@ -540,6 +599,16 @@ static void start_slot_ex(struct pfs_service *s, struct round *r, int slot, time
 	j->timeout_ms = (long)(slot_timeout(s, slot) * 1000);
 	j->f.max_bytes = g_cfg->max_bytes;
 	sl->st = SLOT_FETCHING;
+	char key[512];
+	if (gate_key(s, slot, key, sizeof key)) {
+		jp->gate = strdup(key);
+		if (!pfs_cpugate_enter(key, j, slot_timeout(s, slot))) {
+			pfs_job_set(&j->what, "%s", key); /* until it starts */
+			pfs_debug("cpu profile of %s/%s waits: another one of %s is being taken",
+				  s->cluster->name, s->name, key);
+			return;
+		}
+	}
 	/* Sources submit to the fetcher or hand off to a thread: neither
 	 * takes g_lock before returning. */
 	s->cluster->src->start(j);
@@ -549,9 +618,13 @@ double pfs_snap_max_wait(const struct pfs_service *s)
 {
 	double w = 0;
 
-	for (size_t i = 0; i < s->n_files; i++)
-		if (slot_timeout(s, (int)i) > w)
-			w = slot_timeout(s, (int)i);
+	pthread_mutex_lock(&g_lock);
+	for (size_t i = 0; i < s->n_files; i++) {
+		double t = slot_wait(s, (int)i);
+		if (t > w)
+			w = t;
+	}
+	pthread_mutex_unlock(&g_lock);
 	return w + 5;
 }
 
@@ -569,7 +642,7 @@ static int wait_slot(struct pfs_service *s, struct round *r, int slot, int flags
 	if (!(flags & PFS_SNAP_WAIT))
 		return -EAGAIN;
 	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += (time_t)slot_timeout(s, slot) + 5;
+	dl.tv_sec += (time_t)slot_wait(s, slot) + 5;
 	r->pins++;
 	while (r->slots[slot].st == SLOT_FETCHING) {
 		clock_gettime(CLOCK_MONOTONIC, &step);

@@ -265,6 +265,15 @@ static void cleanup(void)
 		nats_Close();
 }
 
+/* One cpu profile per server: its id names it across clusters too. */
+static bool cpu_key(const struct pfs_service *s, const struct pfs_file *f, char *out,
+		    size_t outlen)
+{
+	(void)f;
+	snprintf(out, outlen, "nats %s", s->upstream);
+	return true;
+}
+
 const struct pfs_source_ops pfs_source_nats = {
 	.kind = "nats",
 	.windows = false,
@@ -272,4 +281,5 @@ const struct pfs_source_ops pfs_source_nats = {
 	.start = start,
 	.cleanup = cleanup,
 	.decode = decode,
+	.cpu_key = cpu_key,
 };

@@ -62,10 +62,36 @@ static void start(struct pfs_job *j)
 	pfs_http_start(j, t, NULL, decode_as_is);
 }
 
+/* One cpu profile per process: a process is its host and port (two
+ * services, or two base paths, on one port are one Go program). */
+static bool cpu_key(const struct pfs_service *s, const struct pfs_file *f, char *out,
+		    size_t outlen)
+{
+	CURLU *u = curl_url();
+	char *host = NULL, *port = NULL;
+	bool ok = false;
+
+	if (curl_url_set(u, CURLUPART_URL, s->targets[f->target].url, 0) == CURLUE_OK &&
+	    curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+	    curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
+		/* hosts are case-insensitive; localhost and 127.0.0.1 stay two */
+		for (char *c = host; *c; c++)
+			if (*c >= 'A' && *c <= 'Z')
+				*c = (char)(*c - 'A' + 'a');
+		snprintf(out, outlen, "pprof %s:%s", host, port);
+		ok = true;
+	}
+	curl_free(host);
+	curl_free(port);
+	curl_url_cleanup(u);
+	return ok;
+}
+
 const struct pfs_source_ops pfs_source_pprof = {
 	.kind = "pprof",
 	.windows = false,
 	.discover = NULL,
 	.start = start,
 	.decode = decode_as_is,
+	.cpu_key = cpu_key,
 };
