@@ -54,3 +54,18 @@ def test_failures(fake, mount, mode, reason):
     os.listdir(svc)
     fake.mode = mode
     assert_fetch_fails(m, f"parca/api/{windows(2)[0]}/cpu.pb.gz", reason, "/api/profiles/query")
+
+
+def test_parca_without_auth(mount, tmp_path):
+    """Parca has no auth of its own: a config without a token is served."""
+    f = Fake(["api"])
+    try:
+        m = mount({"retry_after": 60, "clusters": {"parca": {
+            "kind": "parca", "url": f.url, "window": "1h", "range": "2h", "timeout": 2}}})
+        w = windows(2)[0]
+        (tmp_path / "cpu.pb.gz").write_bytes((m.path / "parca/api" / w / "cpu.pb.gz").read_bytes())
+        assert "main.parca_3" in pprof_top(tmp_path / "cpu.pb.gz")
+        assert all("Authorization" not in h for _, _, h in f.calls)
+        assert m.error_lines() == []
+    finally:
+        f.stop()

@@ -106,7 +106,7 @@ def test_window_without_data_has_no_file(fake, mount):
 
 
 @pytest.mark.parametrize("mode,reason", [("garbage", "invalid profile: not a profile.proto"),
-                                         ("notfound", "HTTP 404: {\"code\": \"unimplemented\""),
+                                         ("notfound", "HTTP 404: 404 page not found"),
                                          ("unauth", "HTTP 401"),
                                          ("slow", "timed out")])
 def test_fetch_failure_is_eio_one_line_nothing_cached(fake, mount, mode, reason):
@@ -199,3 +199,47 @@ def test_names_are_stable_per_upstream_identity(mount, tmp_path):
             assert f"Showing nodes accounting for {v + v // 10}ns" in pprof_top(out), s
     finally:
         fake.stop()
+
+
+@pytest.mark.parametrize("auth", [{}, {"tenant": "team-a", "bearer_token": "unchecked"}])
+def test_pyroscope_oss_without_auth(mount, tmp_path, auth):
+    """Pyroscope OSS, single-tenant, checks neither Authorization nor
+    X-Scope-OrgID: a config with no auth is served, and one with a token and
+    a tenant (which that server ignores) is too."""
+    f = Fake(["checkout"])
+    try:
+        c = {"kind": "pyroscope", "url": f.url, "window": "1h", "range": "2h", "timeout": 3}
+        c.update(auth)
+        m = mount({"retry_after": 60, "clusters": {"pyro": c}})
+        w = windows(2)[0]
+        shutil.copy(m.path / "pyro/checkout" / w / "cpu.pb.gz", tmp_path / "cpu.pb.gz")
+        assert "main.work_8" in pprof_top(tmp_path / "cpu.pb.gz")
+        sel = [h for meth, h, _ in f.calls if meth == "SelectMergeProfile"]
+        assert sel and all(h.get("Authorization") == ("Bearer unchecked" if auth else None)
+                           for h in sel)
+        assert m.error_lines() == []
+    finally:
+        f.stop()
+
+
+def test_fake_answers_as_connect_go_does():
+    """The fake refuses what Pyroscope refuses, the way it does: an unknown
+    method is the mux's plain 404; a content type connect-go has no codec
+    for is 415 with an empty body and Accept-Post."""
+    import urllib.error
+    import urllib.request
+    f = Fake(["checkout"])
+    try:
+        def post(path, ctype):
+            req = urllib.request.Request(f.url + path, data=b"", method="POST",
+                                         headers={"Content-Type": ctype})
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=5)
+            return e.value
+        e = post("/querier.v1.QuerierService/NoSuchMethod", "application/proto")
+        assert e.code == 404 and e.read() == b"404 page not found\n"
+        e = post("/querier.v1.QuerierService/ProfileTypes", "text/plain")
+        assert e.code == 415 and e.read() == b""
+        assert e.headers["Accept-Post"] == "application/json, application/proto"
+    finally:
+        f.stop()

@@ -24,9 +24,12 @@ def value_for(service, type_id, start_ms):
 
 class Fake:
     """services: label values; empty: {(service, type)} with no data;
-    mode: "ok", "unauth", "slow", "garbage", "notfound"."""
+    mode: "ok", "unauth", "slow", "garbage", "notfound".
+    Pyroscope OSS checks no Authorization and, single-tenant (tenant=None),
+    ignores X-Scope-OrgID: a token or basic pair stands for a proxy in front
+    of it, a tenant for multitenancy_enabled."""
 
-    def __init__(self, services, tenant="anonymous", token=None, window_ms=3_600_000, basic=None):
+    def __init__(self, services, tenant=None, token=None, window_ms=3_600_000, basic=None):
         self.services, self.tenant, self.token, self.window_ms = services, tenant, token, window_ms
         self.types = list(TYPES)
         self.basic = basic  # (user, password) instead of a bearer token
@@ -68,10 +71,19 @@ class Fake:
                     return self.error(401, "unauthenticated", "invalid token")
                 if fake.mode == "notfound" or method not in ("ProfileTypes", "LabelValues",
                                                              "SelectMergeProfile"):
-                    return self.error(404, "unimplemented", f"no such method {self.path}")
-                if self.headers.get("Content-Type") != "application/proto":
-                    return self.error(415, "invalid_argument", "want application/proto")
-                if self.headers.get("X-Scope-OrgID") != fake.tenant:
+                    # no handler: the mux's plain Go 404, not a Connect error
+                    return self.reply(404, b"404 page not found\n", "text/plain; charset=utf-8")
+                if self.headers.get("Content-Type") not in ("application/proto",
+                                                            "application/json"):
+                    # connect-go: 415, no body, the codecs it takes in Accept-Post
+                    self.send_response(415)
+                    self.send_header("Accept-Post", "application/json, application/proto")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if self.headers.get("Content-Type") == "application/json":
+                    return self.error(501, "unimplemented", "the fake speaks application/proto")
+                if fake.tenant and self.headers.get("X-Scope-OrgID") != fake.tenant:
                     return self.error(401, "unauthenticated", "no org id")
                 if fake.mode == "garbage" and method == "SelectMergeProfile":
                     return self.reply(200, b"\xff\xfe not a protobuf")
