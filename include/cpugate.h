@@ -11,7 +11,6 @@
 #define PFS_CPUGATE_H
 
 #include <stdbool.h>
-#include <time.h>
 
 /* job asks for key's profiler, for at most `seconds`. True: it holds it
  * now, start it. False: it is queued behind the holder (and whoever queued
@@ -23,7 +22,5 @@ void *pfs_cpugate_leave(const char *key);
 /* How long from now until every fetch of key in flight or queued is done
  * at the latest (0 if none): what a reader of one more of them waits. */
 double pfs_cpugate_backlog(const char *key);
-/* Jobs queued (not holding) across all keys: for .status.json and tests. */
-size_t pfs_cpugate_queued(void);
 
 #endif

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NBUCKETS 1024
 
@@ -23,7 +24,6 @@ struct key {
 };
 
 static struct key *g_buckets[NBUCKETS];
-static size_t g_queued;
 
 static double now_mono(void)
 {
@@ -64,7 +64,6 @@ bool pfs_cpugate_enter(const char *key, void *job, double seconds)
 		k->q = w;
 	k->tail = w;
 	k->due = (k->due > now ? k->due : now) + seconds;
-	g_queued++;
 	return false;
 }
 
@@ -83,7 +82,6 @@ void *pfs_cpugate_leave(const char *key)
 	}
 	if (!(k->q = w->next))
 		k->tail = NULL;
-	g_queued--;
 	/* the new holder starts now: its chain ends no later than before,
 	 * unless the holder before it finished late */
 	double end = now_mono() + w->seconds;
@@ -102,9 +100,4 @@ double pfs_cpugate_backlog(const char *key)
 	double left = k ? k->due - now_mono() : 0;
 
 	return left > 0 ? left : 0;
-}
-
-size_t pfs_cpugate_queued(void)
-{
-	return g_queued;
 }
