@@ -198,7 +198,10 @@ static void *fetch_thread(void *arg)
 			 pfs_profile_names[j->file->profile]);
 	st = natsConnection_RequestString(&msg, nc, subj, req, j->timeout_ms);
 	if (st != NATS_OK) {
-		snprintf(err, sizeof err, "nats: %s", natsStatus_GetText(st));
+		/* the server answered PING but nothing listens on PROFILEZ */
+		snprintf(err, sizeof err, "nats: %s%s", natsStatus_GetText(st),
+			 st == NATS_NO_RESPONDERS ? " (PROFILEZ needs nats-server 2.10.0 or later)"
+						  : "");
 		pfs_job_finish(j, -1, NULL, 0, err);
 		return NULL;
 	}
