@@ -18,6 +18,10 @@ BUILD = Path(os.environ.get("PROFILEFS_BUILD", ROOT / "build"))
 PROFILEFS = BUILD / "profilefs"
 GOAPP_SRC = ROOT / "tests" / "goapp" / "main.go"
 GOAPP = BUILD / "goapp"
+# scripts/toolchains unpacks the shared Go 1.21.12 and nats-server 2.10.23 here
+TOOLCHAINS = Path(os.environ.get("PROFILEFS_TOOLCHAIN_DIR", ROOT / "build" / "toolchains"))
+GO121 = TOOLCHAINS / "go" / "bin" / "go"
+NATS210 = TOOLCHAINS / "nats-server"
 PROFILES = ["heap", "allocs", "goroutine", "block", "mutex", "threadcreate", "cpu"]
 # Sanitizer builds (build-asan/) abort on the first report; the report is in
 # the daemon's log, which teardown checks.
@@ -54,12 +58,91 @@ def profilefs_bin():
     return PROFILEFS
 
 
+def need_toolchain(path):
+    if not path.exists():
+        pytest.skip(f"{path} missing: scripts/toolchains found no shared toolchains "
+                    "(set PROFILEFS_TOOLCHAINS to the directory with their tarballs)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def go121():
+    """The shared Go 1.21.12 (go build -pgo); skipped without it."""
+    return need_toolchain(GO121)
+
+
 @pytest.fixture(scope="session")
 def goapp_bin():
+    """The sample app, built with Go 1.21.12 when it is there (as scripts/build does)."""
+    go = str(GO121) if GO121.exists() else "go"
     if not GOAPP.exists() or GOAPP.stat().st_mtime < GOAPP_SRC.stat().st_mtime:
-        subprocess.run(["go", "build", "-o", str(GOAPP), str(GOAPP_SRC)],
+        subprocess.run([go, "build", "-o", str(GOAPP), str(GOAPP_SRC)],
                        check=True, env=go_env(), cwd=GOAPP_SRC.parent)
     return GOAPP
+
+
+class NatsServer:
+    """A real nats-server: the system account SYS (user sys) and an account
+    APP (user app), optionally routed to others in a cluster."""
+    def __init__(self, binary, tmp, name, cluster_port=None, routes=(), prof=False):
+        self.name, self.port = name, free_port()
+        self.prof = free_port() if prof else None
+        conf = tmp / f"{name}.conf"
+        text = f"""server_name: "{name}"
+listen: "127.0.0.1:{self.port}"
+accounts: {{
+  SYS: {{ users: [ {{ user: sys, password: "sys-s3cret" }} ] }}
+  APP: {{ users: [ {{ user: app, password: "app-pass" }} ] }}
+}}
+system_account: SYS
+"""
+        if self.prof:
+            text += f"prof_port: {self.prof}\n"
+        if cluster_port:
+            text += (f'cluster {{ name: "c1", listen: "127.0.0.1:{cluster_port}", routes: ['
+                     + ", ".join(f'"nats-route://127.0.0.1:{r}"' for r in routes) + "] }\n")
+        conf.write_text(text)
+        self.log_path = tmp / f"{name}.log"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([str(binary), "-c", str(conf)], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        wait_for(lambda: self._info() is not None, what=f"nats-server {name}")
+        self.id = self._info()["server_id"]
+
+    def _info(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                line = s.makefile("rb").readline()
+            if self.prof:
+                socket.create_connection(("127.0.0.1", self.prof), timeout=0.5).close()
+            return json.loads(line.split(b" ", 1)[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def nats_servers(tmp_path):
+    """Factory: nats_servers(n, binary=None, prof=False) -> [NatsServer];
+    n > 1 are routed into one cluster. Default binary: the real 2.10.23."""
+    started = []
+
+    def start(n=1, binary=None, prof=False):
+        binary = binary or need_toolchain(NATS210)
+        routes = [free_port() for _ in range(n)] if n > 1 else []
+        out = [NatsServer(binary, tmp_path, f"nats-{chr(ord('a') + len(started) + i)}",
+                          routes[i] if routes else None, routes, prof) for i in range(n)]
+        started.extend(out)
+        return out
+
+    yield start
+    for s in started:
+        s.stop()
 
 
 def wait_for(pred, timeout=10.0, what="condition"):
