@@ -1104,7 +1104,14 @@ struct inval {
 	char *dir, *name;
 	struct inval *next;
 };
-static struct inval *g_invals; /* g_park_lock */
+/* Invalidations run on a thread of their own: the kernel's may wait for
+ * the directory's lock, which a parked listing of it holds until the
+ * retry thread answers it. */
+static pthread_mutex_t g_inval_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_inval_cond = PTHREAD_COND_INITIALIZER;
+static struct inval *g_invals; /* g_inval_lock */
+static bool g_inval_stop;
+static pthread_t g_inval_thread;
 static struct fuse_session *g_se;
 
 void pfs_fs_set_session(struct fuse_session *se) { g_se = se; }
@@ -1136,12 +1143,11 @@ static void listing_changed(const char *dir)
 
 static void queue_inval(struct inval *iv)
 {
-	pthread_mutex_lock(&g_park_lock);
+	pthread_mutex_lock(&g_inval_lock);
 	iv->next = g_invals;
 	g_invals = iv;
-	g_dirty = true;
-	pthread_cond_signal(&g_park_cond);
-	pthread_mutex_unlock(&g_park_lock);
+	pthread_cond_signal(&g_inval_cond);
+	pthread_mutex_unlock(&g_inval_lock);
 }
 
 /* The service's inputs changed: its merged/ files the kernel knows of may
@@ -1186,8 +1192,8 @@ static void on_removed(struct pfs_service *s, const char *round)
 	merged_changed(s);
 }
 
-/* On the retry thread, no lock held: the kernel's invalidation may wait
- * for a lookup in that directory, which may wait for the snapshot lock. */
+/* No lock held: the kernel's invalidation may wait for a lookup or a
+ * parked listing in that directory. */
 static void run_invals(struct inval *iv)
 {
 	while (iv) {
@@ -1237,11 +1243,8 @@ static void *retry_main(void *unused)
 			pthread_cond_timedwait(&g_park_cond, &g_park_lock, &dl);
 		g_dirty = false;
 		struct task *list = g_parked, *keep = NULL;
-		struct inval *invals = g_invals;
 		g_parked = NULL;
-		g_invals = NULL;
 		pthread_mutex_unlock(&g_park_lock);
-		run_invals(invals);
 		while (list) {
 			struct task *t = list;
 			list = t->next;
@@ -1278,6 +1281,25 @@ static void *retry_main(void *unused)
 		pthread_mutex_lock(&g_park_lock);
 	}
 	pthread_mutex_unlock(&g_park_lock);
+	return NULL;
+}
+
+static void *inval_main(void *unused)
+{
+	(void)unused;
+	pthread_mutex_lock(&g_inval_lock);
+	while (!g_inval_stop) {
+		struct inval *iv = g_invals;
+		g_invals = NULL;
+		if (!iv) {
+			pthread_cond_wait(&g_inval_cond, &g_inval_lock);
+			continue;
+		}
+		pthread_mutex_unlock(&g_inval_lock);
+		run_invals(iv);
+		pthread_mutex_lock(&g_inval_lock);
+	}
+	pthread_mutex_unlock(&g_inval_lock);
 	return NULL;
 }
 
@@ -1500,6 +1522,8 @@ int pfs_fs_setup(struct pfs_config *cfg)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&g_park_cond, &ca);
 	pfs_snap_set_hooks(on_change, interrupted, on_removed);
+	if (pthread_create(&g_inval_thread, NULL, inval_main, NULL))
+		return -1;
 	return pthread_create(&g_retry_thread, NULL, retry_main, NULL) ? -1 : 0;
 }
 
@@ -1511,7 +1535,13 @@ void pfs_fs_teardown(void)
 	pthread_mutex_unlock(&g_park_lock);
 	pthread_join(g_retry_thread, NULL);
 	pfs_snap_set_hooks(NULL, NULL, NULL);
-	run_invals(g_invals); /* the session is gone: only frees them */
+	pthread_mutex_lock(&g_inval_lock);
+	g_inval_stop = true;
+	pthread_cond_signal(&g_inval_cond);
+	pthread_mutex_unlock(&g_inval_lock);
+	pthread_join(g_inval_thread, NULL);
+	/* the session is gone (g_se NULL): run_invals only frees them */
+	run_invals(g_invals);
 	g_invals = NULL;
 	nodes_free();
 	while (g_open.next != &g_open)
