@@ -2,6 +2,7 @@
 #ifndef PFS_MERGE_H
 #define PFS_MERGE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,5 +44,30 @@ int pfs_pb_finish(struct pfs_pb *b, uint8_t **gz, size_t *gzlen, char *err, size
  * summed; earliest time, summed duration, largest period. */
 int pfs_pprof_merge(const uint8_t *const *in, const size_t *inlen, size_t n, size_t max_raw,
 		    uint8_t **gz, size_t *gzlen, char *err, size_t errlen);
+
+/* What a merge may do to its output besides merging. */
+struct pfs_merge_opts {
+	size_t keep_locations;  /* 0: whole stacks; else the N leaf-most locations */
+	bool aggregate_callees; /* a stack's leaf location loses its innermost
+				 * line number and address: one per callee */
+	bool drop_labels;
+	bool need_start_line;   /* inputs without Function.start_line are left out */
+	size_t *used;           /* out, may be NULL: how many inputs were merged */
+};
+/* As pfs_pprof_merge; PFS_MERGE_NOTHING (and why in err) if need_start_line
+ * left every input out. */
+#define PFS_MERGE_NOTHING 1
+int pfs_pprof_merge_ex(const uint8_t *const *in, const size_t *inlen, size_t n, size_t max_raw,
+		       const struct pfs_merge_opts *o, uint8_t **gz, size_t *gzlen, char *err,
+		       size_t errlen);
+
+/* A Go PGO profile (default.pgo) of cpu profiles, trimmed as Pyroscope's
+ * `profilecli query go-pgo` does by default: the 5 leaf-most locations of
+ * each stack, callees aggregated, no labels; inputs without
+ * Function.start_line (which go build -pgo rejects) left out, *used says
+ * how many were kept (an error if none). */
+#define PFS_PGO_KEEP_LOCATIONS 5
+int pfs_pprof_pgo(const uint8_t *const *in, const size_t *inlen, size_t n, size_t max_raw,
+		  size_t *used, uint8_t **gz, size_t *gzlen, char *err, size_t errlen);
 
 #endif

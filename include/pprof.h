@@ -2,6 +2,7 @@
 #ifndef PFS_PPROF_H
 #define PFS_PPROF_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,11 +31,17 @@ void pfs_pprof_free(struct Perftools__Profiles__Profile *p);
 struct Perftools__Profiles__Profile *pfs_pprof_decode_raw(const uint8_t *raw, size_t len,
 							 char *err, size_t errlen);
 
+/* True if p has functions but none with a start_line: Go's PGO (go build
+ * -pgo) rejects such a profile ("profile missing Function.start_line
+ * data"): a program built by Go < 1.20, or data without lines (Coroot). */
+bool pfs_pprof_lacks_start_line(const struct Perftools__Profiles__Profile *p);
+
 /* Check that buf is what a pprof endpoint serves: a gzip stream of a
  * Profile that decodes, has string_table[0] == "", at least one sample
  * type, in-range string indices for the sample types and one value per
- * sample type in every sample. Returns 0 or -1 with a reason in err. */
-int pfs_pprof_validate_gz(const uint8_t *buf, size_t len, size_t max_raw, char *err,
-			  size_t errlen);
+ * sample type in every sample. Returns 0 or -1 with a reason in err;
+ * *no_start_line (may be NULL) as pfs_pprof_lacks_start_line. */
+int pfs_pprof_validate_gz(const uint8_t *buf, size_t len, size_t max_raw, bool *no_start_line,
+			  char *err, size_t errlen);
 
 #endif

@@ -446,6 +446,7 @@ struct src_map {
 	const Profile *src;
 	struct pfs_pb *b;
 	uint64_t *fid, *fnew, *mid, *mnew, *lid, *lnew; /* src ids; new ids (0: not yet) */
+	uint64_t *vnew; /* new ids of locations as a PGO leaf (aggregate_callees) */
 	struct idx fx, mx, lx;
 	struct pfs_pb_line *lines;
 	size_t cap_lines;
@@ -478,14 +479,16 @@ static uint64_t map_function(struct src_map *m, size_t i)
 	return m->fnew[i];
 }
 
-/* New id of src location i, or 0 with m->err set. */
-static uint64_t map_location(struct src_map *m, size_t i)
+/* New id of src location i, or 0 with m->err set. As a leaf whose callees
+ * are aggregated: its innermost line's number and its address are dropped
+ * (when it has lines), so the samples of one callee fold together. */
+static uint64_t map_location(struct src_map *m, size_t i, bool leaf)
 {
 	const Perftools__Profiles__Location *l = m->src->location[i];
-	uint64_t mapping = 0;
+	uint64_t mapping = 0, *id = leaf ? &m->vnew[i] : &m->lnew[i];
 
-	if (m->lnew[i])
-		return m->lnew[i];
+	if (*id)
+		return *id;
 	if (l->mapping_id) {
 		size_t mi = index_of(&m->mx, l->mapping_id);
 		if (!mi) {
@@ -510,12 +513,18 @@ static uint64_t map_location(struct src_map *m, size_t i)
 		m->lines[j].function_id = fi ? map_function(m, fi - 1) : 0;
 		m->lines[j].line = l->line[j]->line;
 	}
-	m->lnew[i] = pfs_pb_location(m->b, mapping, l->address, m->lines, l->n_line, l->is_folded);
-	return m->lnew[i];
+	leaf = leaf && l->n_line;
+	if (leaf)
+		m->lines[0].line = 0;
+	*id = pfs_pb_location(m->b, mapping, leaf ? 0 : l->address, m->lines, l->n_line,
+			      l->is_folded);
+	return *id;
 }
 
-/* Copy every sample of src into b, remapping ids and string indices. */
-static int add_profile(struct pfs_pb *b, const Profile *src, char *err, size_t errlen)
+/* Copy every sample of src into b, remapping ids and string indices,
+ * shaped as o says. */
+static int add_profile(struct pfs_pb *b, const Profile *src, const struct pfs_merge_opts *o,
+		       char *err, size_t errlen)
 {
 	size_t nf = src->n_function, nm = src->n_mapping, nl = src->n_location;
 	struct src_map m = {
@@ -523,6 +532,7 @@ static int add_profile(struct pfs_pb *b, const Profile *src, char *err, size_t e
 		.fid = calloc(nf + 1, sizeof(uint64_t)), .fnew = calloc(nf + 1, sizeof(uint64_t)),
 		.mid = calloc(nm + 1, sizeof(uint64_t)), .mnew = calloc(nm + 1, sizeof(uint64_t)),
 		.lid = calloc(nl + 1, sizeof(uint64_t)), .lnew = calloc(nl + 1, sizeof(uint64_t)),
+		.vnew = calloc(nl + 1, sizeof(uint64_t)),
 	};
 	uint64_t *locs = NULL;
 	struct pfs_pb_label *labels = NULL;
@@ -549,34 +559,38 @@ static int add_profile(struct pfs_pb *b, const Profile *src, char *err, size_t e
 		 * samples without a stack (Go's goroutine profile has some). */
 		if (zero || s->n_location_id == 0)
 			continue;
-		if (s->n_location_id > cap_locs) {
-			cap_locs = s->n_location_id * 2;
+		size_t n_locs = s->n_location_id, n_labels = o->drop_labels ? 0 : s->n_label;
+		if (o->keep_locations && n_locs > o->keep_locations)
+			n_locs = o->keep_locations; /* the leaf end: location_id[0] is the leaf */
+		if (n_locs > cap_locs) {
+			cap_locs = n_locs * 2;
 			locs = realloc(locs, cap_locs * sizeof *locs);
 		}
-		for (size_t j = 0; j < s->n_location_id; j++) {
+		for (size_t j = 0; j < n_locs; j++) {
 			size_t li = index_of(&m.lx, s->location_id[j]);
 			if (!li) {
 				snprintf(err, errlen, "sample %zu names missing location %llu", i,
 					 (unsigned long long)s->location_id[j]);
 				goto out;
 			}
-			if (!(locs[j] = map_location(&m, li - 1)))
+			if (!(locs[j] = map_location(&m, li - 1, j == 0 && o->aggregate_callees)))
 				goto out;
 		}
-		if (s->n_label > cap_labels) {
-			cap_labels = s->n_label * 2;
+		if (n_labels > cap_labels) {
+			cap_labels = n_labels * 2;
 			labels = realloc(labels, cap_labels * sizeof *labels);
 		}
-		for (size_t j = 0; j < s->n_label; j++) {
+		for (size_t j = 0; j < n_labels; j++) {
 			const Perftools__Profiles__Label *l = s->label[j];
 			labels[j] = (struct pfs_pb_label){SRC_STR(&m, l->key), l->str ? SRC_STR(&m, l->str) : 0,
 							  l->num, l->num_unit ? SRC_STR(&m, l->num_unit) : 0};
 		}
-		pfs_pb_sample(b, locs, s->n_location_id, s->value, labels, s->n_label);
+		pfs_pb_sample(b, locs, n_locs, s->value, labels, n_labels);
 	}
 	rc = 0;
 out:
 	free(m.fid), free(m.fnew), free(m.mid), free(m.mnew), free(m.lid), free(m.lnew);
+	free(m.vnew);
 	free(m.fx.sorted), free(m.mx.sorted), free(m.lx.sorted);
 	free(m.lines), free(locs), free(labels);
 	return rc;
@@ -585,10 +599,34 @@ out:
 int pfs_pprof_merge(const uint8_t *const *in, const size_t *inlen, size_t n, size_t max_raw,
 		    uint8_t **gz, size_t *gzlen, char *err, size_t errlen)
 {
+	const struct pfs_merge_opts plain = {0};
+
+	return pfs_pprof_merge_ex(in, inlen, n, max_raw, &plain, gz, gzlen, err, errlen);
+}
+
+int pfs_pprof_pgo(const uint8_t *const *in, const size_t *inlen, size_t n, size_t max_raw,
+		  size_t *used, uint8_t **gz, size_t *gzlen, char *err, size_t errlen)
+{
+	const struct pfs_merge_opts pgo = {.keep_locations = PFS_PGO_KEEP_LOCATIONS,
+					   .aggregate_callees = true,
+					   .drop_labels = true,
+					   .need_start_line = true,
+					   .used = used};
+
+	return pfs_pprof_merge_ex(in, inlen, n, max_raw, &pgo, gz, gzlen, err, errlen);
+}
+
+int pfs_pprof_merge_ex(const uint8_t *const *in, const size_t *inlen, size_t n, size_t max_raw,
+		       const struct pfs_merge_opts *o, uint8_t **gz, size_t *gzlen, char *err,
+		       size_t errlen)
+{
 	Profile **ps = calloc(n ? n : 1, sizeof *ps);
 	struct pfs_pb *b = NULL;
+	size_t kept = 0, first = 0;
 	int rc = -1;
 
+	if (o->used)
+		*o->used = 0;
 	if (n == 0) {
 		snprintf(err, errlen, "nothing to merge");
 		goto out;
@@ -599,12 +637,26 @@ int pfs_pprof_merge(const uint8_t *const *in, const size_t *inlen, size_t n, siz
 			snprintf(err, errlen, "profile %zu: %s", i + 1, why);
 			goto out;
 		}
-		if (i > 0 && compatible(ps[0], ps[i], i, err, errlen))
+		if (o->need_start_line && pfs_pprof_lacks_start_line(ps[i])) {
+			pfs_pprof_free(ps[i]); /* left out */
+			ps[i] = NULL;
+			continue;
+		}
+		if (kept++ == 0)
+			first = i;
+		else if (compatible(ps[first], ps[i], i, err, errlen))
 			goto out;
+	}
+	if (o->used)
+		*o->used = kept;
+	if (kept == 0) {
+		snprintf(err, errlen, "none of the %zu profiles has Function.start_line", n);
+		rc = PFS_MERGE_NOTHING;
+		goto out;
 	}
 	b = pfs_pb_new();
 	{
-		const Profile *p0 = ps[0];
+		const Profile *p0 = ps[first];
 		const char *types[64], *units[64];
 		size_t nt = p0->n_sample_type < 64 ? p0->n_sample_type : 64;
 		int64_t t = 0, d = 0, period = 0;
@@ -617,6 +669,8 @@ int pfs_pprof_merge(const uint8_t *const *in, const size_t *inlen, size_t n, siz
 				 p0->period_type ? str_at(p0, p0->period_type->type) : NULL,
 				 p0->period_type ? str_at(p0, p0->period_type->unit) : NULL);
 		for (size_t i = 0; i < n; i++) {
+			if (!ps[i])
+				continue;
 			if (ps[i]->time_nanos && (!t || ps[i]->time_nanos < t))
 				t = ps[i]->time_nanos;
 			d = wrap_add(d, ps[i]->duration_nanos);
@@ -632,7 +686,7 @@ int pfs_pprof_merge(const uint8_t *const *in, const size_t *inlen, size_t n, siz
 			b->p->default_sample_type = pfs_pb_str(b, str_at(p0, p0->default_sample_type));
 	}
 	for (size_t i = 0; i < n; i++)
-		if (add_profile(b, ps[i], err, errlen)) {
+		if (ps[i] && add_profile(b, ps[i], o, err, errlen)) {
 			char why[256];
 			snprintf(why, sizeof why, "%s", err);
 			snprintf(err, errlen, "profile %zu: %s", i + 1, why);

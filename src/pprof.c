@@ -164,13 +164,23 @@ Perftools__Profiles__Profile *pfs_pprof_decode_gz(const uint8_t *buf, size_t len
 	return p;
 }
 
-int pfs_pprof_validate_gz(const uint8_t *buf, size_t len, size_t max_raw, char *err,
-			  size_t errlen)
+bool pfs_pprof_lacks_start_line(const Perftools__Profiles__Profile *p)
+{
+	for (size_t i = 0; i < p->n_function; i++)
+		if (p->function[i]->start_line)
+			return false;
+	return p->n_function > 0;
+}
+
+int pfs_pprof_validate_gz(const uint8_t *buf, size_t len, size_t max_raw, bool *no_start_line,
+			  char *err, size_t errlen)
 {
 	Perftools__Profiles__Profile *p = pfs_pprof_decode_gz(buf, len, max_raw, err, errlen);
 
 	if (!p)
 		return -1;
+	if (no_start_line)
+		*no_start_line = pfs_pprof_lacks_start_line(p);
 	pfs_pprof_free(p);
 	return 0;
 }

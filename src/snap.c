@@ -514,7 +514,7 @@ void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const 
 	char reason[512] = "", verr[256];
 
 	/* Called without g_lock, on a worker or a source's own thread. */
-	if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, g_cfg->max_raw_bytes, verr, sizeof verr)) {
+	if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, g_cfg->max_raw_bytes, NULL, verr, sizeof verr)) {
 		snprintf(reason, sizeof reason, "invalid profile: %s", verr);
 		rc = -1;
 	} else if (rc == 0) {

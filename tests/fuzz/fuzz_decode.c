@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 	j->from = 1764700000;
 	j->to = j->from + 3600;
 	if (ops->decode(j, data, size, &gz, &gzlen, err, sizeof err) == 0)
-		pfs_pprof_validate_gz(gz, gzlen, 64u << 20, err, sizeof err);
+		pfs_pprof_validate_gz(gz, gzlen, 64u << 20, NULL, err, sizeof err);
 	free(gz);
 	free(j);
 	return 0;

@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		const uint8_t *in[3] = {gz[0], gz[1], gz[0]};
 		size_t lens[3] = {gzlen[0], gzlen[1], gzlen[0]};
 		if (pfs_pprof_merge(in, lens, 3, 64u << 20, &out, &outlen, err, sizeof err) == 0) {
-			if (pfs_pprof_validate_gz(out, outlen, 256u << 20, err, sizeof err))
+			if (pfs_pprof_validate_gz(out, outlen, 256u << 20, NULL, err, sizeof err))
 				abort(); /* a merge of valid profiles is a valid profile */
 			free(out);
 		}
