@@ -12,12 +12,18 @@
 #include <time.h>
 
 #define PFS_MERGED_DIR "merged"
+/* merged/<range>/default.pgo: the cpu snapshots of the range as a Go PGO
+ * profile (pfs_pprof_pgo), for kinds whose profiles have line numbers. A
+ * key of its own here, listed by fs.c after the service's keys. */
+#define PFS_PGO_FILE "default.pgo"
 
 const struct pfs_range *pfs_merged_range(const struct pfs_config *cfg, const char *name);
 /* Merge keys of the service's files (distinct, in file order): each is a
  * merged/<range>/<key>.pb.gz. Returns how many; *keys malloc'd, pointing
  * into the service's files. */
 size_t pfs_merged_keys(const struct pfs_service *s, const char ***keys);
+/* The merge key of the snapshots a key merges: "cpu" for default.pgo. */
+const char *pfs_merged_input_key(const char *key);
 /* True if the range holds a snapshot with this merge key. */
 bool pfs_merged_has(struct pfs_service *s, const struct pfs_range *r, const char *key);
 /* Build if needed; size and mtime (the newest input's time), and for how

@@ -97,6 +97,11 @@ int pfs_snap_round_time(struct pfs_service *s, const char *round, int flags, tim
  * no such data. */
 int pfs_snap_latest(struct pfs_service *s, int file, int flags, char round[PFS_ROUND_NAME_MAX],
 		    off_t *size, time_t *mtime);
+/* A merged/ file with no snapshot yet (scrape kinds): fetch the latest
+ * round's files with this merge key and wait for them. 0 once one is
+ * there, -ENOENT if upstream has none (and for windows, which
+ * pfs_snap_inputs fetches), -EIO if their fetches failed (logged). */
+int pfs_snap_latest_key(struct pfs_service *s, const char *merge_key, int flags);
 /* Start fetching every file of the latest round at once; do not wait. */
 void pfs_snap_latest_start(struct pfs_service *s);
 /* The same, then wait, and call fn for each file that exists or failed. */
@@ -128,6 +133,8 @@ struct pfs_target_stats {
 	time_t last_ok;
 	uint64_t fetches, failures, bytes;
 	char last_error[256];
+	int pgo; /* the last cpu profile: 1 has Function.start_line, -1 has not (go
+		  * build -pgo rejects it), 0 none fetched */
 };
 size_t pfs_snap_stats_count(const struct pfs_service *s);
 void pfs_snap_target_stats(struct pfs_service *s, size_t i, struct pfs_target_stats *out);

@@ -53,6 +53,7 @@ void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const 
 struct pfs_source_ops {
 	const char *kind;
 	bool windows;
+	bool pgo; /* its cpu profiles can carry Function.start_line (go build -pgo) */
 	int (*discover)(struct pfs_cluster *c, char *err, size_t errlen);
 	void (*start)(struct pfs_job *j);
 	void (*cleanup)(void); /* at exit: sessions, connections (may be NULL) */

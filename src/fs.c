@@ -115,7 +115,30 @@ static int merged_key_of(const struct pfs_service *s, const char *file, char *ke
 			rc = 0;
 		}
 	free(keys);
+	if (rc && strcmp(file, PFS_PGO_FILE) == 0) {
+		snprintf(key, keylen, "%s", PFS_PGO_FILE);
+		rc = 0;
+	}
 	return rc;
+}
+
+/* Size, mtime, validity and version of a merged/ file (built, unless
+ * peek). With no input in range yet (a fresh mount), the latest round's
+ * files it merges are fetched first, and waited for as latest/ is. */
+static int merged_stat(struct loc *l, int flags, bool peek, off_t *size, time_t *t,
+		       double *valid, uint64_t *version)
+{
+	struct pfs_service *s = l->service;
+	int rc;
+
+	for (int pass = 0;; pass++) {
+		rc = peek ? pfs_merged_peek(s, l->range, l->key, size, t, valid, version)
+			  : pfs_merged_stat(s, l->range, l->key, size, t, valid, version);
+		if (rc != -ENOENT || pass || pfs_merged_has(s, l->range, l->key))
+			return rc;
+		if ((rc = pfs_snap_latest_key(s, pfs_merged_input_key(l->key), flags)))
+			return rc;
+	}
 }
 
 static int copy_part(char *dst, size_t dstlen, const char *part)
@@ -401,7 +424,7 @@ static uint64_t node_version(fuse_ino_t ino, uint64_t offer)
 }
 
 /* The result a pinned merged/ node reads, chosen (built) at its first use. */
-static int pinned_version(struct loc *l)
+static int pinned_version(struct loc *l, int flags)
 {
 	off_t size;
 	time_t t;
@@ -411,7 +434,7 @@ static int pinned_version(struct loc *l)
 		return 0;
 	if ((l->version = node_version(l->ino, 0)))
 		return 0;
-	rc = pfs_merged_stat(l->service, l->range, l->key, &size, &t, NULL, &l->version);
+	rc = merged_stat(l, flags, false, &size, &t, NULL, &l->version);
 	if (!rc)
 		l->version = node_version(l->ino, l->version);
 	return rc;
@@ -533,16 +556,13 @@ static int attr_of(struct loc *l, int flags, bool lookup, struct stat *st, doubl
 		break;
 	case N_RANGE_FILE:
 		if (l->pinned) { /* one result's: fixed */
-			if (!(rc = pinned_version(l)))
+			if (!(rc = pinned_version(l, flags)))
 				rc = pfs_merged_version(l->service, l->range, l->key, l->version,
 							&size, &t);
 			break;
 		}
 		/* rebuilt as snapshots arrive: fs tells the kernel (merged_changed) */
-		rc = lookup ? pfs_merged_peek(l->service, l->range, l->key, &size, &t, timeout,
-					      &l->version)
-			    : pfs_merged_stat(l->service, l->range, l->key, &size, &t, timeout,
-					      &l->version);
+		rc = merged_stat(l, flags, lookup, &size, &t, timeout, &l->version);
 		break;
 	}
 	long nsec = 0;
@@ -640,10 +660,42 @@ static void add_file(const char *file, void *arg)
 	list_add(arg, file, false);
 }
 
+/* merged/<range>/: a file per merge key with an input in range, and
+ * default.pgo where the cpu snapshots make one. A key with no input yet
+ * has the latest round's files fetched, and waited for (unless quiet). */
+static int list_range(struct loc *l, int flags, bool quiet, struct listing *d)
+{
+	struct pfs_service *s = l->service;
+	const char **keys;
+	char name[512];
+	size_t n = pfs_merged_keys(s, &keys);
+	int rc = 0;
+
+	for (size_t i = 0; i <= n && rc != -EAGAIN; i++) {
+		const char *key = i < n ? keys[i] : PFS_PGO_FILE;
+		bool has = pfs_merged_has(s, l->range, key);
+		if (!has && !quiet && i < n)
+			has = (rc = pfs_snap_latest_key(s, key, flags)) == 0;
+		if (!has)
+			continue;
+		if (i == n) { /* only once built: no start_line, no file */
+			off_t size;
+			time_t t;
+			int brc = pfs_merged_stat(s, l->range, key, &size, &t, NULL, NULL);
+			if (brc == 0 || brc == -EIO)
+				list_add(d, PFS_PGO_FILE, false);
+			continue;
+		}
+		snprintf(name, sizeof name, "%s.pb.gz", key);
+		list_add(d, name, false);
+	}
+	free(keys);
+	return rc == -EAGAIN ? rc : 0;
+}
+
 /* Without wait: -EAGAIN (the listing is dropped) while fetches run. */
 static int list_dir(struct loc *l, int flags, bool quiet, struct listing *d)
 {
-	char name[512];
 	int rc = 0;
 
 	list_add(d, ".", true);
@@ -693,17 +745,9 @@ static int list_dir(struct loc *l, int flags, bool quiet, struct listing *d)
 		for (size_t i = 0; i < g_cfg->n_merged; i++)
 			list_add(d, g_cfg->merged[i].name, true);
 		break;
-	case N_RANGE: {
-		const char **keys;
-		size_t n = pfs_merged_keys(l->service, &keys);
-		for (size_t i = 0; i < n; i++)
-			if (pfs_merged_has(l->service, l->range, keys[i])) {
-				snprintf(name, sizeof name, "%s.pb.gz", keys[i]);
-				list_add(d, name, false);
-			}
-		free(keys);
+	case N_RANGE:
+		rc = list_range(l, flags, quiet, d);
 		break;
-	}
 	default:
 		rc = -ENOTDIR;
 	}
@@ -711,6 +755,19 @@ static int list_dir(struct loc *l, int flags, bool quiet, struct listing *d)
 }
 
 static double min_d(double a, double b) { return a < b ? a : b; }
+
+/* True if each merge key of the service has an input in the range. */
+static bool range_complete(struct pfs_service *s, const struct pfs_range *r)
+{
+	const char **keys;
+	size_t n = pfs_merged_keys(s, &keys);
+	bool all = true;
+
+	for (size_t i = 0; i < n && all; i++)
+		all = pfs_merged_has(s, r, keys[i]);
+	free(keys);
+	return all;
+}
 
 /* Whether listing l has work to start (and so must reach us), and for how
  * long that holds otherwise. */
@@ -755,9 +812,13 @@ static bool listing_due(struct loc *l, double *timeout)
 		/* listing windows fetches them: only a listing does */
 		if (l->service->cluster->src->windows)
 			return true;
-		if (l->node == N_RANGE) /* until a file's last input leaves the range
-					 * (arrivals: merged_changed) */
+		if (l->node == N_RANGE) { /* until a file's last input leaves the range
+					   * (arrivals: merged_changed) */
 			*timeout = min_d(*timeout, pfs_merged_listing_valid(l->service, l->range));
+			/* a file with no input yet: listing fetches it */
+			return !pfs_snap_latest_settled(l->service) &&
+			       !range_complete(l->service, l->range);
+		}
 		return false;
 	default:
 		return false;
@@ -847,7 +908,7 @@ static int open_file(struct loc *l, int flags, struct fuse_file_info *fi, struct
 	case N_RANGE_FILE:
 		if (!l->pinned)
 			fi->direct_io = 1; /* rebuilt when new snapshots arrive */
-		else if ((rc = pinned_version(l)))
+		else if ((rc = pinned_version(l, flags)))
 			break;
 		else
 			fi->keep_cache = 1;
@@ -1168,9 +1229,10 @@ static void merged_changed(struct pfs_service *s)
 		if (!node_find(dir))
 			continue; /* the kernel knows none of its names */
 		listing_changed(dir);
-		for (size_t i = 0; i < n; i++) {
+		for (size_t i = 0; i <= n; i++) {
 			struct inval *iv = calloc(1, sizeof *iv);
-			snprintf(name, sizeof name, "%s.pb.gz", keys[i]);
+			snprintf(name, sizeof name, i < n ? "%s.pb.gz" : "%s",
+				 i < n ? keys[i] : PFS_PGO_FILE);
 			iv->dir = strdup(dir);
 			iv->name = strdup(name);
 			queue_inval(iv);

@@ -32,7 +32,9 @@ struct memo {
 	const struct pfs_range *range;
 	char *key;
 	uint64_t sig;  /* of the inputs of the last build */
-	int rc;        /* 0 built (cur), -EIO failed, -ENOENT never built */
+	int rc;        /* 0 built (cur), -EIO failed, -ENOENT never built,
+			* -ENODATA nothing to build from (default.pgo: no
+			* input has Function.start_line) */
 	time_t oldest; /* input time: the result holds until it leaves the range */
 	struct result cur;
 	/* the version cur replaced: a reader that opened it reads on (the
@@ -61,10 +63,24 @@ const struct pfs_range *pfs_merged_range(const struct pfs_config *cfg, const cha
 	return NULL;
 }
 
+static bool is_pgo(const char *key)
+{
+	return strcmp(key, PFS_PGO_FILE) == 0;
+}
+
+const char *pfs_merged_input_key(const char *key)
+{
+	return is_pgo(key) ? pfs_profile_names[PFS_CPU] : key;
+}
+
 static size_t inputs(struct pfs_service *s, const struct pfs_range *r, const char *key,
 		     struct pfs_snap_input **in)
 {
-	return pfs_snap_inputs(s, key, time(NULL) - (time_t)r->seconds, in);
+	if (is_pgo(key) && !s->cluster->src->pgo) {
+		*in = NULL; /* no line numbers: nothing go build -pgo could use */
+		return 0;
+	}
+	return pfs_snap_inputs(s, pfs_merged_input_key(key), time(NULL) - (time_t)r->seconds, in);
 }
 
 size_t pfs_merged_keys(const struct pfs_service *s, const char ***keys)
@@ -167,7 +183,7 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 	size_t *lens, gzlen = 0;
 	char err[512] = "", dir[64], file[160];
 
-	if (n == 1) {
+	if (n == 1 && !is_pgo(key)) {
 		m->cur.mtime = m->oldest = in[0].t;
 		m->rc = pfs_cache_stat(s->cluster->name, s->name, in[0].round, in[0].file,
 				       &m->cur.size)
@@ -201,19 +217,29 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 			m->oldest = in[i].t;
 	dir_name(r, dir, sizeof dir);
 	file_name(key, false, file, sizeof file);
-	if (!err[0] && pfs_pprof_merge((const uint8_t *const *)bufs, lens, n, 1u << 30, &gz, &gzlen,
-				       err, sizeof err) == 0 &&
-	    pfs_cache_publish(s->cluster->name, s->name, dir, file, gz, gzlen, m->cur.mtime, err,
-			      sizeof err) == 0) {
+	size_t used = n;
+	int mrc = err[0] ? -1
+	      : is_pgo(key) ? pfs_pprof_pgo((const uint8_t *const *)bufs, lens, n, 1u << 30, &used,
+					    &gz, &gzlen, err, sizeof err)
+			    : pfs_pprof_merge((const uint8_t *const *)bufs, lens, n, 1u << 30, &gz,
+					      &gzlen, err, sizeof err);
+	if (mrc >= 0 && used < n)
+		pfs_warn("%s/%s/%s/%s/%s: %zu of %zu cpu snapshots have no Function.start_line "
+			 "(go build -pgo rejects them): left out%s", s->cluster->name, s->name,
+			 PFS_MERGED_DIR, r->name, key, n - used, n, used ? "" : ", so no such file");
+	if (mrc == PFS_MERGE_NOTHING) {
+		m->rc = -ENODATA;
+	} else if (mrc == 0 && pfs_cache_publish(s->cluster->name, s->name, dir, file, gz, gzlen,
+						 m->cur.mtime, err, sizeof err) == 0) {
 		m->rc = 0;
 		m->cur.size = (off_t)gzlen;
 		m->cur.sig = m->sig;
-		pfs_debug("merged %zu snapshots into %s/%s/%s/%s/%s", n, s->cluster->name, s->name,
-			  PFS_MERGED_DIR, r->name, file);
+		pfs_debug("merged %zu snapshots into %s/%s/%s/%s/%s", used, s->cluster->name, s->name,
+			  PFS_MERGED_DIR, r->name, key);
 	} else {
 		m->rc = -EIO;
 		pfs_err("merge %s/%s/%s/%s/%s of %zu snapshots failed: %s", s->cluster->name, s->name,
-			PFS_MERGED_DIR, r->name, file, n, err);
+			PFS_MERGED_DIR, r->name, is_pgo(key) ? key : file, n, err);
 	}
 	for (size_t i = 0; i < n; i++)
 		free(bufs[i]);
@@ -287,7 +313,7 @@ static int stat_ex(struct pfs_service *s, const struct pfs_range *r, const char 
 		}
 	}
 	if (!rc) {
-		rc = m->rc;
+		rc = m->rc == -ENODATA ? -ENOENT : m->rc;
 		*size = m->cur.size;
 		*mtime = m->cur.mtime;
 		if (valid)

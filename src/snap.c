@@ -44,6 +44,7 @@ struct job_priv {
 	int slot;
 	size_t size; /* of the snapshot being made durable */
 	char *gate;  /* cpu: the key of the process it profiles (cpugate.h) */
+	bool no_start_line; /* a cpu profile go build -pgo would reject */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -447,6 +448,27 @@ void pfs_snap_stop_starts(void)
 	pthread_mutex_unlock(&g_lock);
 }
 
+static bool is_cpu(const struct pfs_file *f)
+{
+	return strcmp(f->merge_key, pfs_profile_names[PFS_CPU]) == 0;
+}
+
+/* A cpu profile fetched: whether it can drive go build -pgo, said in the
+ * log when that changes (g_lock held). */
+static void pgo_note(struct pfs_service *s, const struct pfs_job *j, struct pfs_target_stats *ts,
+		     bool no_start_line)
+{
+	int was = ts->pgo;
+
+	ts->pgo = no_start_line ? -1 : 1;
+	if (no_start_line && was != -1)
+		pfs_warn("%s/%s %s from %s has no Function.start_line: go build -pgo rejects it "
+			 "(%s); it stays out of merged/<range>/default.pgo",
+			 s->cluster->name, s->name, j->file->name, j->what,
+			 s->cluster->src->pgo ? "a program built by Go < 1.20?"
+					      : "this source kind has no line numbers");
+}
+
 /* The end of a job: its slot settles. rc as pfs_job_finish's, reason of a
  * failure. */
 static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason)
@@ -479,6 +501,8 @@ static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason)
 		ts->last_ok = now;
 		ts->bytes += rc == 0 ? gzlen : 0;
 		ts->last_error[0] = '\0';
+		if (rc == 0 && is_cpu(j->file))
+			pgo_note(s, j, ts, jp->no_start_line);
 	} else {
 		ts->failures++;
 		snprintf(ts->last_error, sizeof ts->last_error, "%s", reason);
@@ -514,7 +538,8 @@ void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const 
 	char reason[512] = "", verr[256];
 
 	/* Called without g_lock, on a worker or a source's own thread. */
-	if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, g_cfg->max_raw_bytes, NULL, verr, sizeof verr)) {
+	if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, g_cfg->max_raw_bytes, &jp->no_start_line,
+					     verr, sizeof verr)) {
 		snprintf(reason, sizeof reason, "invalid profile: %s", verr);
 		rc = -1;
 	} else if (rc == 0) {
@@ -951,6 +976,29 @@ int pfs_snap_slot(struct pfs_service *s, const char *round, int slot, int flags,
 out:
 	pthread_mutex_unlock(&g_lock);
 	return rc;
+}
+
+int pfs_snap_latest_key(struct pfs_service *s, const char *merge_key, int flags)
+{
+	time_t now = time(NULL);
+	bool ready = false, failed = false;
+	int rc = 0;
+
+	if (windowed(s))
+		return -ENOENT; /* pfs_snap_inputs fetches windows */
+	pthread_mutex_lock(&g_lock);
+	struct round *r = latest_round(s, now);
+	for (size_t i = 0; i < s->n_files; i++)
+		if (strcmp(s->files[i].merge_key, merge_key) == 0)
+			start_slot_ex(s, r, (int)i, now, flags);
+	for (size_t i = 0; i < s->n_files && !rc; i++)
+		if (strcmp(s->files[i].merge_key, merge_key) == 0 &&
+		    !(rc = wait_slot(s, r, (int)i, flags))) {
+			ready = ready || r->slots[i].st == SLOT_READY;
+			failed = failed || r->slots[i].st != SLOT_ABSENT;
+		}
+	pthread_mutex_unlock(&g_lock);
+	return rc ? rc : ready ? 0 : failed ? -EIO : -ENOENT;
 }
 
 void pfs_snap_latest_start(struct pfs_service *s)

@@ -416,6 +416,7 @@ static void cleanup(void)
 const struct pfs_source_ops pfs_source_coroot = {
 	.kind = "coroot",
 	.windows = true,
+	.pgo = false, /* flame graphs: no line numbers */
 	.discover = discover,
 	.start = start,
 	.cleanup = cleanup,

@@ -280,6 +280,7 @@ static bool cpu_key(const struct pfs_service *s, const struct pfs_file *f, char 
 const struct pfs_source_ops pfs_source_nats = {
 	.kind = "nats",
 	.windows = false,
+	.pgo = true,
 	.discover = discover,
 	.start = start,
 	.cleanup = cleanup,

@@ -161,6 +161,7 @@ static void start(struct pfs_job *j)
 const struct pfs_source_ops pfs_source_parca = {
 	.kind = "parca",
 	.windows = true,
+	.pgo = true,
 	.discover = discover,
 	.start = start,
 	.decode = decode,

@@ -90,6 +90,7 @@ static bool cpu_key(const struct pfs_service *s, const struct pfs_file *f, char 
 const struct pfs_source_ops pfs_source_pprof = {
 	.kind = "pprof",
 	.windows = false,
+	.pgo = true,
 	.discover = NULL,
 	.start = start,
 	.decode = decode_as_is,

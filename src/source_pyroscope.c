@@ -147,6 +147,7 @@ static void start(struct pfs_job *j)
 const struct pfs_source_ops pfs_source_pyroscope = {
 	.kind = "pyroscope",
 	.windows = true,
+	.pgo = true,
 	.discover = discover,
 	.start = start,
 	.decode = decode,

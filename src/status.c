@@ -3,6 +3,7 @@
 
 #include "cache.h"
 #include "snap.h"
+#include "source.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -18,6 +19,17 @@ static json_t *time_or_null(time_t t)
 	gmtime_r(&t, &tm);
 	strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
 	return json_string(buf);
+}
+
+/* Whether the target's last cpu profile can drive go build -pgo. */
+static const char *pgo_text(const struct pfs_cluster *c, int pgo)
+{
+	if (!pgo)
+		return NULL; /* no cpu profile yet */
+	if (pgo > 0)
+		return "ok";
+	return c->src->pgo ? "no: its cpu profile has no Function.start_line (built by Go < 1.20?)"
+			   : "no: this source kind's cpu profiles have no line numbers";
 }
 
 char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
@@ -39,14 +51,15 @@ char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
 				struct pfs_target_stats st;
 				pfs_snap_target_stats(s, k, &st);
 				json_array_append_new(targets, json_pack(
-					"{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:s?}",
+					"{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:s?, s:s?}",
 					"cluster", c->name, "service", s->name,
 					"target", t->name, "url", t->log_url,
 					"fetches", (json_int_t)st.fetches, "failures", (json_int_t)st.failures,
 					"bytes", (json_int_t)st.bytes,
 					"last_fetch", time_or_null(st.last_fetch),
 					"last_ok", time_or_null(st.last_ok),
-					"last_error", st.last_error[0] ? st.last_error : NULL));
+					"last_error", st.last_error[0] ? st.last_error : NULL,
+					"pgo", pgo_text(c, st.pgo)));
 			}
 		}
 		free(svcs);

@@ -46,10 +46,30 @@ def sanitizer_report(text):
 
 
 def go_env():
+    # one Go build cache for both suite runs (build/, build-asan/): a PGO
+    # build recompiles the standard library for each new profile
     env = dict(os.environ)
     env.update(GO111MODULE="off", GOPROXY="off", GOFLAGS="",
-               GOCACHE=str(BUILD / "gocache"), GOPATH=str(BUILD / "gopath"))
+               GOCACHE=str(ROOT / "build" / "gocache"), GOPATH=str(ROOT / "build" / "gopath"))
     return env
+
+
+def go_build_pgo(go, profile, out, debug=False):
+    """`go build -pgo=profile` of the sample app with go (Go >= 1.21); asserts
+    it built without a word (with debug, words of -d=pgodebug=1 only) and
+    that `go version -m` records the profile. Returns pgodebug's lines."""
+    cmd = [str(go), "build", f"-pgo={profile}", "-o", str(out)]
+    if debug:
+        cmd.append("-gcflags=all=-d=pgodebug=1")
+    r = subprocess.run(cmd + [str(GOAPP_SRC)], capture_output=True, text=True, env=go_env(),
+                       cwd=GOAPP_SRC.parent, timeout=300)
+    assert r.returncode == 0, f"go build -pgo={profile}: {r.stderr}"
+    words = [l for l in (r.stdout + r.stderr).splitlines() if not l.startswith("# ")]
+    assert all(l.startswith("hot-") for l in words) if debug else not words, words[:5]
+    v = subprocess.run([str(go), "version", "-m", str(out)], capture_output=True, text=True,
+                       env=go_env(), check=True).stdout
+    assert f"build\t-pgo={profile}" in v, v
+    return words
 
 
 @pytest.fixture(scope="session")

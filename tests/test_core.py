@@ -79,8 +79,9 @@ def test_rsync_twice_second_copies_nothing(goapp, mount, tmp_path):
     m = mount(config_for({"a": [a.base], "b": [b.base]}))
     dst = tmp_path / "dst"
     first = rsync_stats(m.path, dst)
-    # latest/, the <time>/ snapshot it made, and merged/24h/, for both services
-    assert first == 3 * 2 * len(PROFILES)
+    # latest/, the <time>/ snapshot it made, and merged/24h/ (with default.pgo),
+    # for both services
+    assert first == 3 * 2 * len(PROFILES) + 2
     assert rsync_stats(m.path, dst) == 0
     for svc in ("a", "b"):
         rounds = round_dirs(dst / "local" / svc)

@@ -1,5 +1,6 @@
 """kind "coroot": flame graphs of Coroot's profiling view turned into
 profile.proto (fake Coroot with session-cookie login)."""
+import errno
 import json
 import os
 import time
@@ -97,6 +98,24 @@ def test_unknown_project_is_an_empty_cluster_with_reason(fake, mount):
     assert os.listdir(m.path / "coroot") == []
     errs = m.error_lines()
     assert len(errs) == 1 and '"data": null (an unknown project' in errs[0], errs
+
+
+def test_cpu_cannot_drive_pgo_and_says_so(fake, mount):
+    """Flame graphs have no line numbers: no default.pgo, a warning, and
+    .status.json says why."""
+    m = mount(cfg(fake))
+    rng = m.path / f"coroot/{APP}/merged/24h"
+    names = os.listdir(rng)
+    assert "cpu.pb.gz" in names and "default.pgo" not in names
+    with pytest.raises(OSError) as e:
+        os.stat(rng / "default.pgo")
+    assert e.value.errno == errno.ENOENT
+    warn = [l for l in m.log().splitlines() if "no Function.start_line" in l]
+    assert warn and all("this source kind has no line numbers" in l for l in warn), warn
+    st = json.loads((m.path / ".status.json").read_text())["targets"]
+    pgo = {t["service"]: t.get("pgo") for t in st}
+    assert pgo[APP] == "no: this source kind's cpu profiles have no line numbers"
+    assert m.error_lines() == []
 
 
 @pytest.mark.parametrize("body,status,text", [(b"{}", 400, b"\n"), (b"not json", 400, b"\n"),

@@ -92,7 +92,8 @@ def test_merged_equals_pprof_merge_of_windows(fake, mount, tmp_path):
     assert r.returncode == 0
     (tmp_path / "theirs.pb.gz").write_bytes(r.stdout)
     assert pprof_top(ours) == pprof_top(tmp_path / "theirs.pb.gz")
-    assert sorted(os.listdir(svc / "merged/24h")) == ["cpu.pb.gz", "memory.inuse_space.pb.gz"]
+    assert sorted(os.listdir(svc / "merged/24h")) == ["cpu.pb.gz", "default.pgo",
+                                                      "memory.inuse_space.pb.gz"]
 
 
 def test_window_without_data_has_no_file(fake, mount):

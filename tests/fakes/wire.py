@@ -91,9 +91,9 @@ def profile(sample_types, samples, period_type=None, period=0, time_nanos=0, dur
     for name, fid in funcs.items():  # location id == function id
         line = field_varint(1, fid) + field_varint(2, fid)
         out += field_bytes(4, field_varint(1, fid) + field_varint(2, 1) + field_bytes(4, line))
-    for name, fid in funcs.items():
+    for name, fid in funcs.items():  # start_line kept, as Pyroscope and Parca store it
         out += field_bytes(5, field_varint(1, fid) + field_varint(2, s(name)) +
-                           field_varint(4, s("main.go")))
+                           field_varint(4, s("main.go")) + field_varint(5, fid))
     for x in list(strings):
         out += field_bytes(6, x)
     out += field_varint(9, time_nanos) + field_varint(10, duration_nanos)
