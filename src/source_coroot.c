@@ -1,6 +1,7 @@
 /* Source kind "coroot": Coroot has no pprof export, so profiles are made
  * from its profiling view's flame graph.
  *   login     POST /api/login {"email","password"} -> cookie coroot_session
+ *   project   GET /api/user -> projects[{id,name}]: the id of `project`
  *   services  GET /api/project/<p>/overview/applications -> data.applications[].id
  *   files     GET /api/project/<p>/app/<id>/profiling -> data.profiles[].type
  *   bytes     the same with query={"type","from","to"} and from/to, all in
@@ -27,21 +28,70 @@
 struct session {
 	struct pfs_cluster *c;
 	struct pfs_target t;
+	char *project; /* the project's id, which Coroot's URLs take */
 	struct session *next;
 };
 static struct session *g_sessions;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static const struct pfs_target *session_target(struct pfs_cluster *c)
+/* The cluster's newest session (they live until exit), or NULL. */
+static const struct session *session_of(struct pfs_cluster *c)
 {
-	const struct pfs_target *t = NULL;
+	const struct session *found = NULL;
 
 	pthread_mutex_lock(&g_lock);
-	for (struct session *s = g_sessions; s && !t; s = s->next)
+	for (struct session *s = g_sessions; s && !found; s = s->next)
 		if (s->c == c)
-			t = &s->t;
+			found = s;
 	pthread_mutex_unlock(&g_lock);
-	return t;
+	return found;
+}
+
+/* `project` in the config is Coroot's project id (8 characters, in its
+ * URLs) or the name users know it by: GET /api/user lists the projects
+ * the user sees, {"projects": [{"id", "name"}]} (an id matches first). */
+static int resolve_project(struct pfs_cluster *c, const struct pfs_target *t, char **id,
+			   char *err, size_t errlen)
+{
+	const char *want = c->api.project;
+	char url[2048], why[512], seen[512] = "";
+	uint8_t *body;
+	size_t len, i, o = 0;
+	json_t *root, *projects, *p;
+
+	snprintf(url, sizeof url, "%s/api/user", c->api.target.url);
+	if (pfs_http_sync(t, url, NULL, NULL, 0, &body, &len, why, sizeof why)) {
+		snprintf(err, errlen, "projects (/api/user): %s", why);
+		return -1;
+	}
+	root = json_loadb((const char *)body, len, 0, NULL);
+	free(body);
+	projects = json_object_get(root, "projects");
+	if (!json_is_array(projects) && !json_is_null(projects)) {
+		snprintf(err, errlen, "projects (/api/user): HTTP 200, no \"projects\" list");
+		json_decref(root);
+		return -1;
+	}
+	*id = NULL;
+	for (int by_name = 0; by_name < 2 && !*id; by_name++)
+		json_array_foreach(projects, i, p) {
+			const char *pid = json_string_value(json_object_get(p, "id"));
+			const char *name = json_string_value(json_object_get(p, "name"));
+			if (pid && *pid && !*id && strcmp(by_name ? (name ? name : "") : pid, want) == 0)
+				*id = strdup(pid);
+			if (!by_name && o < sizeof seen)
+				o += (size_t)snprintf(seen + o, sizeof seen - o, "%s%s (%s)", i ? ", " : "",
+						      name ? name : "", pid ? pid : "");
+		}
+	json_decref(root);
+	if (!*id) {
+		snprintf(err, errlen, "project \"%s\" is neither the id nor the name of a project "
+			 "%s sees (%s)", want, c->api.email, o ? seen : "none");
+		return -1;
+	}
+	if (strcmp(*id, want))
+		pfs_debug("%s: coroot project \"%s\" has id %s", c->name, want, *id);
+	return 0;
 }
 
 static void on_header(const char *line, size_t len, void *arg)
@@ -56,6 +106,19 @@ static void on_header(const char *line, size_t len, void *arg)
 	}
 }
 
+static void session_free(struct session *s)
+{
+	/* the cookie line is ours; the others are the cluster's */
+	char *cookie = s->t.headers[s->t.n_headers - 1];
+	explicit_bzero(cookie, strlen(cookie));
+	free(cookie);
+	free(s->t.headers);
+	free(s->project);
+	free(s);
+}
+
+/* Log in (a session per discovery run: an expired cookie is renewed) and
+ * find the project's id. */
 static int login(struct pfs_cluster *c, char *err, size_t errlen)
 {
 	const struct pfs_target *base = &c->api.target;
@@ -88,8 +151,12 @@ static int login(struct pfs_cluster *c, char *err, size_t errlen)
 	s->t.n_headers = base->n_headers + 1;
 	explicit_bzero(cookie, strlen(cookie));
 	free(cookie);
+	if (resolve_project(c, &s->t, &s->project, err, errlen)) {
+		session_free(s);
+		return -1;
+	}
 	pthread_mutex_lock(&g_lock);
-	s->next = g_sessions; /* newest first: session_target finds it */
+	s->next = g_sessions; /* newest first: session_of finds it */
 	g_sessions = s;
 	pthread_mutex_unlock(&g_lock);
 	return 0;
@@ -147,9 +214,16 @@ static void pretty_name(const char *type, char *out, size_t outlen)
 		snprintf(out, outlen, "%.*s", (int)(b - a - 1), a + 1);
 }
 
-static void app_url(struct pfs_cluster *c, const char *app, char *out, size_t outlen)
+/* The project part of a URL (escaped, malloc'd): the session's id. */
+static char *project_of(const struct session *s, struct pfs_cluster *c)
 {
-	char *p = pfs_url_escape(c->api.project), *a = pfs_url_escape(app);
+	return pfs_url_escape(s ? s->project : c->api.project);
+}
+
+static void app_url(const struct session *s, struct pfs_cluster *c, const char *app, char *out,
+		    size_t outlen)
+{
+	char *p = project_of(s, c), *a = pfs_url_escape(app);
 	snprintf(out, outlen, "%s/api/project/%s/app/%s/profiling", c->api.target.url, p, a);
 	free(p);
 	free(a);
@@ -189,21 +263,20 @@ static void add_app(struct pfs_cluster *c, const char *app, struct pfs_fetch *f)
 
 static int discover(struct pfs_cluster *c, char *err, size_t errlen)
 {
-	char url[2048], *p = pfs_url_escape(c->api.project);
+	char url[2048], *p;
 	time_t now = time(NULL);
 	json_t *data, *apps, *a;
 	size_t i;
 
-	/* A session per discovery run: a cookie that expired is renewed. */
-	if (login(c, err, errlen)) {
-		free(p);
+	if (login(c, err, errlen))
 		return -1;
-	}
+	const struct session *s = session_of(c);
+	p = project_of(s, c);
 	snprintf(url, sizeof url, "%s/api/project/%s/overview/applications?from=%lld&to=%lld",
 		 c->api.target.url, p, (long long)(now - (time_t)c->api.range) * 1000,
 		 (long long)now * 1000);
 	free(p);
-	const struct pfs_target *t = session_target(c);
+	const struct pfs_target *t = &s->t;
 	if (get_json(t, url, "applications", &data, err, errlen))
 		return -1;
 	/* every app's profiling view at once: a hanging app costs one
@@ -219,7 +292,7 @@ static int discover(struct pfs_cluster *c, char *err, size_t errlen)
 			continue;
 		ids[n] = id;
 		urls[n] = malloc(4096);
-		app_url(c, id, urls[n++], 4096);
+		app_url(s, c, id, urls[n++], 4096);
 	}
 	pfs_http_sync_many(t, urls, n, res);
 	for (i = 0; i < n; i++) {
@@ -380,13 +453,13 @@ static int decode(struct pfs_job *j, const uint8_t *body, size_t len, uint8_t **
 static void start(struct pfs_job *j)
 {
 	struct pfs_cluster *c = j->svc->cluster;
-	const struct pfs_target *t = session_target(c);
+	const struct session *s = session_of(c);
 	json_t *query = json_pack("{s:s, s:I, s:I}", "type", j->file->type_id, "from",
 				  (json_int_t)j->from * 1000, "to", (json_int_t)j->to * 1000);
 	char base[4096], *q = json_dumps(query, JSON_COMPACT | JSON_PRESERVE_ORDER), *qe;
 
 	json_decref(query);
-	app_url(c, j->svc->upstream, base, sizeof base);
+	app_url(s, c, j->svc->upstream, base, sizeof base);
 	qe = pfs_url_escape(q);
 	free(q);
 	pfs_job_set(&j->url, "%s?query=%s&from=%lld&to=%lld", base, qe,
@@ -394,7 +467,7 @@ static void start(struct pfs_job *j)
 	free(qe);
 	pfs_job_set(&j->what, "%s/api/project/.../app/%s/profiling (%s)",
 		 c->api.target.log_url, j->svc->upstream, j->file->type_id);
-	pfs_http_start(j, t ? t : &c->api.target, NULL, decode);
+	pfs_http_start(j, s ? &s->t : &c->api.target, NULL, decode);
 }
 
 static void cleanup(void)
@@ -403,12 +476,7 @@ static void cleanup(void)
 	while (g_sessions) {
 		struct session *s = g_sessions;
 		g_sessions = s->next;
-		/* the cookie line is ours; the others are the cluster's */
-		char *cookie = s->t.headers[s->t.n_headers - 1];
-		explicit_bzero(cookie, strlen(cookie));
-		free(cookie);
-		free(s->t.headers);
-		free(s);
+		session_free(s);
 	}
 	pthread_mutex_unlock(&g_lock);
 }

@@ -92,12 +92,34 @@ def test_login_refused(fake, mount):
     assert len(errs) == 1 and "login: HTTP 404" in errs[0], errs
 
 
-def test_unknown_project_is_an_empty_cluster_with_reason(fake, mount):
-    """coroot answers a project it does not have with 200 and "data": null."""
-    m = mount(cfg(fake, project="staging"))
+def test_project_without_data_is_an_empty_cluster_with_reason(fake, mount):
+    """coroot answers a project it has no data of with 200 and "data": null."""
+    m = mount(cfg(fake, project="staging-eu"))
     assert os.listdir(m.path / "coroot") == []
     errs = m.error_lines()
     assert len(errs) == 1 and '"data": null (an unknown project' in errs[0], errs
+    assert any("/api/project/b3v8n1zt/overview" in c[1] for c in fake.calls)
+
+
+def test_unknown_project_names_the_projects_there_are(fake, mount):
+    m = mount(cfg(fake, project="staging"))
+    assert os.listdir(m.path / "coroot") == []
+    errs = m.error_lines()
+    assert len(errs) == 1, errs
+    assert 'project "staging" is neither the id nor the name of a project admin@example.com ' \
+           "sees (prod (x7k2p9qa), staging-eu (b3v8n1zt))" in errs[0], errs
+    assert not any(c[1].startswith("/api/project/") for c in fake.calls)
+
+
+@pytest.mark.parametrize("project", ["prod", "x7k2p9qa"])
+def test_project_by_name_or_id(fake, mount, project):
+    """Coroot's URLs take the project's id; users know it by name."""
+    m = mount(cfg(fake, project=project))
+    assert APP in os.listdir(m.path / "coroot")
+    assert (m.path / f"coroot/{APP}/latest/cpu.pb.gz").read_bytes()[:2] == b"\x1f\x8b"
+    paths = [c[1] for c in fake.calls if c[1].startswith("/api/project/")]
+    assert paths and all(p.startswith("/api/project/x7k2p9qa/") for p in paths), paths
+    assert m.error_lines() == []
 
 
 def test_cpu_cannot_drive_pgo_and_says_so(fake, mount):

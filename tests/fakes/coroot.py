@@ -4,7 +4,9 @@ nodes {name,total,self,comp,children,color_by,data}).
 
 As coroot does: the login body must be JSON with email and password (else
 400, empty), wrong ones are 404 "Invalid email or password."; a request
-without the session is 401 with an empty body; an unknown project is 200
+without the session is 401 with an empty body; a project is named by its
+8-character id in URLs (GET /api/user lists {"id", "name"} of each, as
+api.User writes it, not wrapped in "data"); an unknown project is 200
 with "data": null; the profiling view's query={"type","from","to"} takes
 from/to in unix MILLISECONDS (timeseries.Time divides by 1000), so seconds
 there ask about January 1970, where there are no profiles."""
@@ -74,6 +76,11 @@ class H(Handler):
         if f"coroot_session={f.session}" not in self.headers.get("Cookie", "") or f.mode == "expired":
             return self.reply(401, b"\n", "text/plain")
         ctx = {"status": {"status": "ok"}, "search": {}}
+        if u.path == "/api/user":
+            projects = sorted(({"id": i, "name": n} for i, n in f.projects.items()),
+                              key=lambda p: p["name"])
+            return self.reply(200, {"name": "Admin", "email": f.email, "role": "Admin",
+                                    "anonymous": False, "projects": projects or None})
         if u.path.startswith("/api/project/") and not u.path.startswith(f"/api/project/{f.project}/"):
             return self.reply(200, {"context": ctx, "data": None})
         if u.path == f"/api/project/{f.project}/overview/applications":
@@ -117,8 +124,11 @@ class H(Handler):
 class Fake(FakeServer):
     handler = H
 
-    def __init__(self, apps, project="prod", email="admin@example.com", password="c0r00t-s3cret"):
+    def __init__(self, apps, project="x7k2p9qa", project_name="prod", email="admin@example.com",
+                 password="c0r00t-s3cret"):
         self.apps, self.project, self.email, self.password = apps, project, email, password
+        # every project the user sees, id -> name; apps live in `project`
+        self.projects = {project: project_name, "b3v8n1zt": "staging-eu"}
         self.session, self.empty = "sess-abc123", set()
         self.depth = 0  # > 0: CPU flame graphs are one chain this deep
         self.hang = set()  # apps whose profiling view answers after 10 s
