@@ -1,10 +1,11 @@
 /* libFuzzer: merge of two profiles (the input split at its first byte's
- * value), each also merged with itself; a merge that succeeds must give a
- * profile that validates. */
+ * value), each also merged with itself, plainly and as a Go PGO profile; a
+ * merge that succeeds must give a profile that validates. */
 #include "mem.h"
 #include "merge.h"
 #include "pprof.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
@@ -24,6 +25,16 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		if (pfs_pprof_merge(in, lens, 3, 64u << 20, &out, &outlen, err, sizeof err) == 0) {
 			if (pfs_pprof_validate_gz(out, outlen, 256u << 20, NULL, err, sizeof err))
 				abort(); /* a merge of valid profiles is a valid profile */
+			free(out);
+		}
+		size_t used;
+		bool no_start_line = true;
+		if (pfs_pprof_pgo(in, lens, 3, 64u << 20, &used, &out, &outlen, err, sizeof err) == 0) {
+			if (pfs_pprof_validate_gz(out, outlen, 256u << 20, &no_start_line, err,
+						  sizeof err) || used == 0)
+				abort(); /* so is a PGO profile of them, */
+			if (no_start_line)
+				abort(); /* made of those with start_line only */
 			free(out);
 		}
 	}
