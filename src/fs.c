@@ -434,7 +434,9 @@ static int pinned_version(struct loc *l, int flags)
 		return 0;
 	if ((l->version = node_version(l->ino, 0)))
 		return 0;
-	rc = merged_stat(l, flags, false, &size, &t, NULL, &l->version);
+	/* the lookup that made the node started what it merges: a failure
+	 * is taken, not fetched again (one fetch per access) */
+	rc = merged_stat(l, flags | PFS_SNAP_NO_RETRY, false, &size, &t, NULL, &l->version);
 	if (!rc)
 		l->version = node_version(l->ino, l->version);
 	return rc;
