@@ -69,10 +69,13 @@ typedef void (*pfs_snap_file_fn)(const char *file, void *arg);
  * for latest_ttl after the last one finished. */
 
 /* Rounds shown in the service directory, oldest first: scrape rounds that
- * hold files or have fetches in flight; every window of the range. */
-void pfs_snap_list_rounds(struct pfs_service *s, pfs_snap_round_fn fn, void *arg);
-/* Files of a round, once fetched (windows: all fetched now, at once);
- * -ENOENT if there is no such round. */
+ * hold a file; every window of the range. With settle, once the latest
+ * round's fetches are done (-EAGAIN without PFS_SNAP_WAIT while they run). */
+int pfs_snap_list_rounds(struct pfs_service *s, int flags, bool settle, pfs_snap_round_fn fn,
+			 void *arg);
+/* Files of a round that exist, once fetched (windows: all fetched now, at
+ * once): a failed one is left out (EIO when named); -ENOENT if there is no
+ * such round. */
 int pfs_snap_list_files(struct pfs_service *s, const char *round, int flags, pfs_snap_file_fn fn,
 			void *arg);
 /* Size and mtime of a file of a round (windows: fetched if needed);
@@ -102,9 +105,13 @@ int pfs_snap_latest(struct pfs_service *s, int file, int flags, char round[PFS_R
  * there, -ENOENT if upstream has none (and for windows, which
  * pfs_snap_inputs fetches), -EIO if their fetches failed (logged). */
 int pfs_snap_latest_key(struct pfs_service *s, const char *merge_key, int flags);
-/* Start fetching every file of the latest round at once; do not wait. */
-void pfs_snap_latest_start(struct pfs_service *s);
-/* The same, then wait, and call fn for each file that exists or failed. */
+/* Start fetching every file of the latest round at once; do not wait.
+ * Returns how many cpu profiles that began to take. */
+size_t pfs_snap_latest_start(struct pfs_service *s);
+/* Log that a listing of `what` waits for n cpu profiles (if n). */
+void pfs_snap_say_cpu(const char *what, size_t n, double seconds);
+/* The same, then wait, and call fn for each file that exists (a failed one
+ * is left out: EIO when named). */
 int pfs_snap_latest_all(struct pfs_service *s, int flags, pfs_snap_file_fn fn, void *arg);
 /* Time of the latest round, or 0 if there is none yet. */
 time_t pfs_snap_latest_time(struct pfs_service *s);
@@ -132,7 +139,11 @@ struct pfs_target_stats {
 	time_t last_fetch;  /* finish time of the last fetch, 0 if none */
 	time_t last_ok;
 	uint64_t fetches, failures, bytes;
-	char last_error[256];
+	char last_error[256]; /* kept after later successes, with its time and file */
+	time_t last_error_at;
+	char last_error_file[256];
+	unsigned in_flight;     /* fetches running now */
+	time_t in_flight_since; /* since when (0: none) */
 	int pgo; /* the last cpu profile: 1 has Function.start_line, -1 has not (go
 		  * build -pgo rejects it), 0 none fetched */
 };

@@ -698,6 +698,7 @@ static int list_range(struct loc *l, int flags, bool quiet, struct listing *d)
 /* Without wait: -EAGAIN (the listing is dropped) while fetches run. */
 static int list_dir(struct loc *l, int flags, bool quiet, struct listing *d)
 {
+	char name[512];
 	int rc = 0;
 
 	list_add(d, ".", true);
@@ -713,27 +714,34 @@ static int list_dir(struct loc *l, int flags, bool quiet, struct listing *d)
 		if (!quiet)
 			pfs_cluster_refresh(l->cluster, l->cluster->api.discover_every);
 		n = pfs_cluster_services(l->cluster, &svcs);
+		size_t cpu = 0;
+		double secs = 0;
 		for (size_t i = 0; i < n; i++) {
 			/* Listing (or copying) a cluster snapshots all of its services
 			 * at once (one round per latest_ttl), so an rsync of the
 			 * mount waits for the slowest target, not for their sum. */
-			if (!quiet)
-				pfs_snap_latest_start(svcs[i]);
+			size_t c = quiet ? 0 : pfs_snap_latest_start(svcs[i]);
+			cpu += c;
+			secs = c && svcs[i]->cpu_seconds > secs ? svcs[i]->cpu_seconds : secs;
 			list_add(d, svcs[i]->name, true);
 		}
+		pfs_snap_say_cpu(l->cluster->name, cpu, secs);
 		free(svcs);
 		break;
 	}
 	case N_SERVICE:
-		/* Listing a service takes a snapshot (one per latest_ttl): its
-		 * <time> directory is listed now and filled as fetches finish,
-		 * so one rsync run copies the snapshot it caused. */
-		if (!quiet)
-			pfs_snap_latest_start(l->service);
+		/* Listing a service takes a snapshot (one per latest_ttl) and
+		 * lists its <time> directory once its fetches are done (if one
+		 * succeeded), so one rsync run copies the snapshot it caused. */
+		if (!quiet) {
+			snprintf(name, sizeof name, "%s/%s", l->cluster->name, l->service->name);
+			pfs_snap_say_cpu(name, pfs_snap_latest_start(l->service),
+					 l->service->cpu_seconds);
+		}
 		list_add(d, LATEST, true);
 		if (g_cfg->n_merged)
 			list_add(d, PFS_MERGED_DIR, true);
-		pfs_snap_list_rounds(l->service, add_round, d);
+		rc = pfs_snap_list_rounds(l->service, flags, !quiet, add_round, d);
 		break;
 	case N_LATEST:
 		/* Listing latest scrapes all of it at once, so the stat calls

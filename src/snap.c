@@ -495,17 +495,20 @@ static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason)
 	sl->size = rc == 0 ? (off_t)gzlen : 0;
 	sl->failed_at = now;
 	r->settled_at = now;
+	if (ts->in_flight && --ts->in_flight == 0)
+		ts->in_flight_since = 0;
 	ts->fetches++;
 	ts->last_fetch = now;
 	if (rc >= 0) {
 		ts->last_ok = now;
 		ts->bytes += rc == 0 ? gzlen : 0;
-		ts->last_error[0] = '\0';
 		if (rc == 0 && is_cpu(j->file))
 			pgo_note(s, j, ts, jp->no_start_line);
 	} else {
 		ts->failures++;
+		ts->last_error_at = now;
 		snprintf(ts->last_error, sizeof ts->last_error, "%s", reason);
+		snprintf(ts->last_error_file, sizeof ts->last_error_file, "%s", file);
 	}
 	pthread_cond_broadcast(&g_cond);
 	pthread_mutex_unlock(&g_lock);
@@ -624,6 +627,9 @@ static void start_slot_ex(struct pfs_service *s, struct round *r, int slot, time
 	j->timeout_ms = (long)(slot_timeout(s, slot) * 1000);
 	j->f.max_bytes = g_cfg->max_bytes;
 	sl->st = SLOT_FETCHING;
+	struct pfs_target_stats *ts = &s->state->stats[stats_index(s, slot)];
+	if (ts->in_flight++ == 0)
+		ts->in_flight_since = now;
 	char key[512];
 	if (gate_key(s, slot, key, sizeof key)) {
 		jp->gate = strdup(key);
@@ -697,18 +703,35 @@ static int wait_round(struct pfs_service *s, struct round *r, int flags)
 	return rc;
 }
 
-static void start_round(struct pfs_service *s, struct round *r, time_t now, int flags)
+/* Start every file of the round; returns how many cpu profiles that began
+ * to take (a reader waits cpu_seconds for those). */
+static size_t start_round(struct pfs_service *s, struct round *r, time_t now, int flags)
 {
-	for (size_t i = 0; i < s->n_files; i++)
+	size_t cpu = 0;
+
+	for (size_t i = 0; i < s->n_files; i++) {
+		bool idle = r->slots[i].st != SLOT_FETCHING;
 		start_slot_ex(s, r, (int)i, now, flags);
+		cpu += idle && r->slots[i].st == SLOT_FETCHING && is_cpu(&s->files[i]);
+	}
+	return cpu;
+}
+
+void pfs_snap_say_cpu(const char *what, size_t n, double seconds)
+{
+	if (n)
+		pfs_info("%s: taking cpu profile%s of %zu target%s (%g s)", what, n == 1 ? "" : "s",
+			 n, n == 1 ? "" : "s", seconds);
 }
 
 /* ---- listing ---- */
 
-void pfs_snap_list_rounds(struct pfs_service *s, pfs_snap_round_fn fn, void *arg)
+int pfs_snap_list_rounds(struct pfs_service *s, int flags, bool settle, pfs_snap_round_fn fn,
+			 void *arg)
 {
 	char name[PFS_ROUND_NAME_MAX];
 	time_t now = time(NULL);
+	int rc = 0;
 
 	pthread_mutex_lock(&g_lock);
 	if (windowed(s)) {
@@ -717,12 +740,16 @@ void pfs_snap_list_rounds(struct pfs_service *s, pfs_snap_round_fn fn, void *arg
 			format_round(t, name);
 			fn(name, t, arg);
 		}
-	} else {
+	} else if (!settle || !s->state->current ||
+		   !(rc = wait_round(s, s->state->current, flags))) {
+		/* a round whose fetches all failed is never shown: listed
+		 * while in flight, it would be gone when stat'ed */
 		for (struct round *r = s->state->rounds; r; r = r->next)
-			if (round_has(s, r, SLOT_READY) || round_has(s, r, SLOT_FETCHING))
+			if (round_has(s, r, SLOT_READY))
 				fn(r->name, r->t, arg);
 	}
 	pthread_mutex_unlock(&g_lock);
+	return rc;
 }
 
 /* A round ready to list: windows fetched, scrapes' fetches finished. */
@@ -746,12 +773,9 @@ int pfs_snap_list_files(struct pfs_service *s, const char *round, int flags, pfs
 	if ((rc = settled_round(s, round, flags, &r)))
 		goto out;
 	rc = r && (windowed(s) || round_has(s, r, SLOT_READY)) ? 0 : -ENOENT;
-	for (size_t i = 0; !rc && i < s->n_files; i++) {
-		enum slot_state st = r->slots[i].st;
-		/* a window shows its failures (EIO on access), a scrape round not */
-		if (st == SLOT_READY || (windowed(s) && st == SLOT_FAILED))
+	for (size_t i = 0; !rc && i < s->n_files; i++)
+		if (r->slots[i].st == SLOT_READY) /* a failure is EIO by name only */
 			fn(s->files[i].name, arg);
-	}
 out:
 	pthread_mutex_unlock(&g_lock);
 	return rc;
@@ -1001,15 +1025,17 @@ int pfs_snap_latest_key(struct pfs_service *s, const char *merge_key, int flags)
 	return rc ? rc : ready ? 0 : failed ? -EIO : -ENOENT;
 }
 
-void pfs_snap_latest_start(struct pfs_service *s)
+size_t pfs_snap_latest_start(struct pfs_service *s)
 {
 	time_t now = time(NULL);
+	size_t cpu;
 
 	if (windowed(s))
-		return; /* windows are fetched when read */
+		return 0; /* windows are fetched when read */
 	pthread_mutex_lock(&g_lock);
-	start_round(s, latest_round(s, now), now, 0);
+	cpu = start_round(s, latest_round(s, now), now, 0);
 	pthread_mutex_unlock(&g_lock);
+	return cpu;
 }
 
 int pfs_snap_latest_all(struct pfs_service *s, int flags, pfs_snap_file_fn fn, void *arg)
@@ -1019,10 +1045,12 @@ int pfs_snap_latest_all(struct pfs_service *s, int flags, pfs_snap_file_fn fn, v
 
 	pthread_mutex_lock(&g_lock);
 	struct round *r = latest_round(s, now);
-	start_round(s, r, now, flags);
+	char what[512];
+	snprintf(what, sizeof what, "%s/%s", s->cluster->name, s->name);
+	pfs_snap_say_cpu(what, start_round(s, r, now, flags), s->cpu_seconds);
 	rc = wait_round(s, r, flags);
 	for (size_t i = 0; !rc && i < s->n_files; i++)
-		if (r->slots[i].st != SLOT_ABSENT)
+		if (r->slots[i].st == SLOT_READY) /* a failure is EIO by name only */
 			fn(s->files[i].name, arg);
 	pthread_mutex_unlock(&g_lock);
 	return rc;

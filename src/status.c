@@ -35,6 +35,7 @@ static const char *pgo_text(const struct pfs_cluster *c, int pgo)
 char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
 {
 	json_t *root = json_object(), *targets = json_array();
+	size_t in_flight = 0;
 	char *out;
 
 	json_object_set_new(root, "mounted_at", time_or_null(mounted_at));
@@ -50,8 +51,9 @@ char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
 				const struct pfs_target *t = s->n_targets ? &s->targets[k] : &c->api.target;
 				struct pfs_target_stats st;
 				pfs_snap_target_stats(s, k, &st);
+				in_flight += st.in_flight;
 				json_array_append_new(targets, json_pack(
-					"{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:s?, s:s?}",
+					"{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:s?, s:o, s:s?, s:I, s:o, s:s?}",
 					"cluster", c->name, "service", s->name,
 					"target", t->name, "url", t->log_url,
 					"fetches", (json_int_t)st.fetches, "failures", (json_int_t)st.failures,
@@ -59,11 +61,17 @@ char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
 					"last_fetch", time_or_null(st.last_fetch),
 					"last_ok", time_or_null(st.last_ok),
 					"last_error", st.last_error[0] ? st.last_error : NULL,
+					"last_error_at", time_or_null(st.last_error_at),
+					"last_error_file", st.last_error[0] ? st.last_error_file : NULL,
+					"in_flight", (json_int_t)st.in_flight,
+					"in_flight_since", time_or_null(st.in_flight_since),
 					"pgo", pgo_text(c, st.pgo)));
 			}
 		}
 		free(svcs);
 	}
+	/* a cold cpu profile keeps listings waiting: this shows what runs */
+	json_object_set_new(root, "in_flight", json_integer((json_int_t)in_flight));
 	json_object_set_new(root, "targets", targets);
 	out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	json_decref(root);

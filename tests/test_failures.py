@@ -84,8 +84,9 @@ def test_one_bad_profile_does_not_spoil_the_others(goapp, mount):
                                               {"url": app.fault("notfound"), "name": "gone"}],
                                   "profiles": ["heap", "goroutine"]}}, retry_after=60))
     latest = m.path / "local/mix/latest"
-    assert sorted(os.listdir(latest)) == ["goroutine.gone.pb.gz", "goroutine.ok.pb.gz",
-                                          "heap.gone.pb.gz", "heap.ok.pb.gz"]
+    # a listing shows what exists (an export of it succeeds); a failed file
+    # is EIO by name
+    assert sorted(os.listdir(latest)) == ["goroutine.ok.pb.gz", "heap.ok.pb.gz"]
     assert os.stat(latest / "heap.ok.pb.gz").st_size > 0
     assert_eio(latest / "heap.gone.pb.gz")
     rounds = [n for n in os.listdir(m.path / "local/mix") if n not in ("latest", "merged")]
