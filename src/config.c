@@ -188,6 +188,29 @@ static int check_name(struct parser *p, const char *field, const char *what, con
 	return fail(p, field, "%s must be 1-200 of [A-Za-z0-9._-], not starting with '.'", what);
 }
 
+/* Edit distance of a and b (Levenshtein), or more than max if it is. */
+static size_t edits(const char *a, const char *b, size_t max)
+{
+	size_t la = strlen(a), lb = strlen(b), row[64];
+
+	if (lb >= 64 || (la > lb ? la - lb : lb - la) > max)
+		return max + 1;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t diag = row[0];
+		row[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+			best = up + 1 < best ? up + 1 : best;
+			best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
+			diag = up;
+			row[j] = best;
+		}
+	}
+	return row[lb];
+}
+
 static int check_keys(struct parser *p, json_t *obj, const char *where, const char *const *allowed)
 {
 	const char *key;
@@ -195,12 +218,21 @@ static int check_keys(struct parser *p, json_t *obj, const char *where, const ch
 
 	json_object_foreach(obj, key, v) {
 		bool ok = false;
-		for (const char *const *a = allowed; *a; a++)
-			ok = ok || strcmp(*a, key) == 0;
+		const char *near = NULL;
+		size_t best = 3; /* a suggestion is at most 2 edits away */
+		for (const char *const *a = allowed; *a; a++) {
+			size_t d = edits(key, *a, 2);
+			ok = ok || d == 0;
+			if (d < best) {
+				best = d;
+				near = *a;
+			}
+		}
 		if (!ok) {
 			char field[512];
 			key_path(field, sizeof field, where, key);
-			return fail(p, field, "unknown field");
+			return near ? fail(p, field, "unknown field; did you mean \"%s\"?", near)
+				    : fail(p, field, "unknown field");
 		}
 	}
 	return 0;
@@ -798,6 +830,10 @@ int pfs_config_load(const char *path, struct pfs_config *cfg, char *err, size_t 
 	cfg->decode_threads = 2;
 	cfg->max_connections = 1024;
 	cfg->max_host_connections = 0; /* no limit: in a fleet each target is its own host */
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "config %s: is a directory, not a JSON file", path);
+		return -1;
+	}
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
 		if (jerr.line < 1)

@@ -11,6 +11,12 @@
 
 #include <curl/curl.h>
 #include <fuse_lowlevel.h>
+#include <jansson.h>
+#include <nats/nats.h>
+#include <protobuf-c/protobuf-c.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,24 +27,42 @@
 
 struct cli {
 	char *config;
+	char *log_file;
+	char *log_level;
 	char *positional[3];
 	int n_positional;
 	int help;
 	int version;
+	int check;
+	char *bad_option; /* the first option neither ours nor libfuse's */
 };
 
-enum { KEY_HELP, KEY_VERSION };
+enum { KEY_HELP, KEY_VERSION, KEY_CHECK };
 
 static const struct fuse_opt cli_spec[] = {
 	{"-c %s", offsetof(struct cli, config), 0},
 	{"--config=%s", offsetof(struct cli, config), 0},
 	{"config=%s", offsetof(struct cli, config), 0},
+	{"--log-file=%s", offsetof(struct cli, log_file), 0},
+	{"--log-file %s", offsetof(struct cli, log_file), 0},
+	{"log=%s", offsetof(struct cli, log_file), 0},
+	{"--log-level=%s", offsetof(struct cli, log_level), 0},
+	{"--log-level %s", offsetof(struct cli, log_level), 0},
+	{"log_level=%s", offsetof(struct cli, log_level), 0},
+	FUSE_OPT_KEY("--check", KEY_CHECK),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
 	FUSE_OPT_KEY("--version", KEY_VERSION),
 	FUSE_OPT_END,
 };
+
+/* The dash options fuse_parse_cmdline takes (besides -o, split already). */
+static bool fuse_flag(const char *arg)
+{
+	return strcmp(arg, "-f") == 0 || strcmp(arg, "-d") == 0 || strcmp(arg, "-s") == 0 ||
+	       strcmp(arg, "-o") == 0;
+}
 
 static int cli_proc(void *data, const char *arg, int key, struct fuse_args *args)
 {
@@ -52,12 +76,17 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *args
 	case KEY_VERSION:
 		c->version = 1;
 		return 0;
+	case KEY_CHECK:
+		c->check = 1;
+		return 0;
 	case FUSE_OPT_KEY_NONOPT:
 		if (c->n_positional < 3)
 			c->positional[c->n_positional] = strdup(arg);
 		c->n_positional++;
 		return 0;
-	default:
+	default: /* -o suboptions are the mount's; dash options must be known */
+		if (arg[0] == '-' && !fuse_flag(arg) && !c->bad_option)
+			c->bad_option = strdup(arg);
 		return 1;
 	}
 }
@@ -67,6 +96,7 @@ static void usage(FILE *out)
 	fprintf(out,
 		"usage: profilefs [options] -c CONFIG MOUNTPOINT\n"
 		"       profilefs [options] CONFIG MOUNTPOINT     (form used by mount -t fuse.profilefs)\n"
+		"       profilefs --check -c CONFIG               (validate, mount nothing)\n"
 		"\n"
 		"Mounts profiling data as read-only files:\n"
 		"  MOUNTPOINT/<cluster>/<service>/latest/<profile>.pb.gz   scraped when opened\n"
@@ -75,6 +105,11 @@ static void usage(FILE *out)
 		"\n"
 		"options:\n"
 		"  -c, --config=FILE   JSON configuration (also -o config=FILE)\n"
+		"  --check             check the configuration (and its *_env secrets), print\n"
+		"                      OK or the error, exit 0 or 2; mount nothing\n"
+		"  --log-file=FILE     log there (also -o log=FILE); daemonized without syslog\n"
+		"                      (/dev/log), logs go to CACHE_DIR/.profilefs.log\n"
+		"  --log-level=LEVEL   error, warning, info (default) or debug (also -o log_level=)\n"
 		"  -f                  stay in the foreground, log to stderr\n"
 		"  -d                  debug: FUSE request trace and debug log lines (implies -f)\n"
 		"  -s                  single-threaded FUSE loop (slow targets then block others)\n"
@@ -87,8 +122,13 @@ static void usage(FILE *out)
 
 static void version(void)
 {
-	printf("profilefs %s (libfuse %s, %s, zlib %s)\n", PROFILEFS_VERSION, fuse_pkgversion(),
-	       curl_version(), zlibVersion());
+	const curl_version_info_data *cv = curl_version_info(CURLVERSION_NOW);
+
+	printf("profilefs %s\nlibfuse %s\nlibcurl %s%s%s\nzlib %s\njansson %s\nprotobuf-c %s\n"
+	       "libnats %s\n",
+	       PROFILEFS_VERSION, fuse_pkgversion(), cv->version, cv->ssl_version ? " " : "",
+	       cv->ssl_version ? cv->ssl_version : "", zlibVersion(), jansson_version_str(),
+	       protobuf_c_version(), nats_GetVersion());
 }
 
 /* The session from mount to unmount; 0 on a clean stop (fusermount -u,
@@ -113,8 +153,6 @@ static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_ar
 		goto out_destroy;
 	if (fuse_daemonize(opts->foreground))
 		goto out_unmount;
-	if (!opts->foreground)
-		pfs_log_use_syslog();
 	pfs_cache_note_pid();
 	pfs_mem_init(cfg->max_memory);
 	if (fuse_set_signal_handlers(se) || pfs_work_start((int)cfg->decode_threads) ||
@@ -158,6 +196,114 @@ out_destroy:
 	return rc;
 }
 
+/* A mount table path: octal escapes (\040 for a space) undone, in place. */
+static void unescape(char *s)
+{
+	char *o = s;
+
+	for (; *s; s++)
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
+		    s[3] >= '0' && s[3] <= '7') {
+			*o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 3;
+		} else {
+			*o++ = *s;
+		}
+	*o = 0;
+}
+
+/* A second mount on a mountpoint would hide the first: refused, saying
+ * whose it is. -1 with why in err. */
+static int mounted_already(const char *mountpoint, char *err, size_t errlen)
+{
+	char real[PATH_MAX], line[4096];
+	FILE *f;
+	int rc = 0;
+
+	if (!realpath(mountpoint, real)) {
+		if (errno == ENOTCONN) {
+			snprintf(err, errlen, "%s: a mount whose daemon is gone is there (%s): "
+				 "fusermount3 -u %s first", mountpoint, strerror(errno), mountpoint);
+			return -1;
+		}
+		return 0; /* libfuse says what is wrong with it */
+	}
+	if (!(f = fopen("/proc/self/mounts", "re")))
+		return 0;
+	while (!rc && fgets(line, sizeof line, f)) {
+		char src[2048], dst[2048], type[256]; /* within the line's 4096 */
+		if (sscanf(line, "%2047s %2047s %255s", src, dst, type) != 3)
+			continue;
+		unescape(src);
+		unescape(dst);
+		if (strcmp(dst, real) == 0 && strncmp(type, "fuse", 4) == 0) {
+			snprintf(err, errlen, "%s is mounted already (%s, type %s): unmount it first "
+				 "(fusermount3 -u %s)", mountpoint, src, type, mountpoint);
+			rc = -1;
+		}
+	}
+	fclose(f);
+	return rc;
+}
+
+/* --check: load the configuration as a mount would, mount nothing. */
+static int check(struct cli *cli)
+{
+	struct pfs_config cfg;
+	char err[1024];
+	const char *path = cli->config;
+
+	if (!path && cli->n_positional == 1)
+		path = cli->positional[0];
+	if (!path || cli->n_positional > (cli->config ? 0 : 1)) {
+		fprintf(stderr, "profilefs: error: --check takes a config and nothing else: "
+				"profilefs --check -c CONFIG\n");
+		return EXIT_USAGE;
+	}
+	if (pfs_config_load(path, &cfg, err, sizeof err)) {
+		fprintf(stderr, "profilefs: error: %s\n", err);
+		pfs_config_free(&cfg);
+		return EXIT_USAGE;
+	}
+	size_t services = 0;
+	for (size_t i = 0; i < cfg.n_clusters; i++)
+		services += cfg.clusters[i].n_services;
+	printf("%s: OK (%zu cluster%s, %zu service%s listed, cache %s)\n", path, cfg.n_clusters,
+	       cfg.n_clusters == 1 ? "" : "s", services, services == 1 ? "" : "s", cfg.cache_dir);
+	pfs_config_free(&cfg);
+	return 0;
+}
+
+/* Where a daemon logs: --log-file, else syslog, else (no /dev/log: a
+ * container, a minimal system) a file in the cache, said before detaching. */
+static int log_target(struct cli *cli, const struct pfs_config *cfg, bool foreground)
+{
+	char path[4200];
+
+	if (cli->log_file) {
+		if (pfs_log_to_file(cli->log_file)) {
+			fprintf(stderr, "profilefs: error: --log-file %s: %s\n", cli->log_file,
+				strerror(errno));
+			return -1;
+		}
+		return 0;
+	}
+	if (foreground)
+		return 0;
+	if (pfs_log_syslog_there()) {
+		pfs_log_use_syslog(); /* once daemonized: see serve() */
+		return 0;
+	}
+	snprintf(path, sizeof path, "%s/.profilefs.log", cfg->cache_dir);
+	if (pfs_log_to_file(path)) {
+		fprintf(stderr, "profilefs: error: no syslog (/dev/log) and %s: %s; use --log-file\n",
+			path, strerror(errno));
+		return -1;
+	}
+	fprintf(stderr, "profilefs: warning: no syslog (/dev/log): logging to %s\n", path);
+	return 0;
+}
+
 static int run(struct cli *cli, struct fuse_args *args)
 {
 	struct fuse_cmdline_opts opts = {0};
@@ -175,6 +321,26 @@ static int run(struct cli *cli, struct fuse_args *args)
 	if (cli->version) {
 		version();
 		return 0;
+	}
+	if (cli->bad_option) {
+		fprintf(stderr, "profilefs: error: unknown option %s (see --help)\n", cli->bad_option);
+		return EXIT_USAGE;
+	}
+	if (cli->log_level && pfs_log_set_level(cli->log_level)) {
+		fprintf(stderr, "profilefs: error: --log-level %s: use error, warning, info or debug\n",
+			cli->log_level);
+		return EXIT_USAGE;
+	}
+	if (cli->check)
+		return check(cli);
+	if (cli->n_positional == 2 && cli->config &&
+	    (strcmp(cli->positional[0], "none") == 0 ||
+	     strcmp(cli->positional[0], cli->config) == 0)) {
+		/* mount -t fuse.profilefs -o config=FILE none MOUNTPOINT */
+		free(cli->positional[0]);
+		cli->positional[0] = cli->positional[1];
+		cli->positional[1] = NULL;
+		cli->n_positional = 1;
 	}
 	if (cli->n_positional == 2 && !cli->config) {
 		cli->config = cli->positional[0];
@@ -194,12 +360,19 @@ static int run(struct cli *cli, struct fuse_args *args)
 	if (fuse_parse_cmdline(args, &opts) != 0)
 		return EXIT_USAGE;
 	pfs_log_init(opts.debug);
+	if (mounted_already(opts.mountpoint, err, sizeof err)) {
+		pfs_err("%s", err);
+		free(opts.mountpoint);
+		return EXIT_USAGE;
+	}
 	if (pfs_config_load(cli->config, &cfg, err, sizeof err)) {
 		pfs_err("%s", err);
 		rc = EXIT_USAGE;
 	} else if (pfs_snap_init(&cfg, err, sizeof err)) {
 		pfs_err("%s", err);
 		rc = 1;
+	} else if (log_target(cli, &cfg, opts.foreground)) {
+		rc = EXIT_USAGE;
 	} else {
 		rc = serve(&cfg, cli->config, args, &opts);
 	}
@@ -220,6 +393,9 @@ int main(int argc, char *argv[])
 		rc = run(&cli, &args);
 	fuse_opt_free_args(&args);
 	free(cli.config);
+	free(cli.log_file);
+	free(cli.log_level);
+	free(cli.bad_option);
 	for (int i = 0; i < 3; i++)
 		free(cli.positional[i]);
 	return rc;

@@ -1,5 +1,6 @@
 """Command line: help, version, config errors, fstab-style mounting."""
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -18,8 +19,107 @@ def test_help_and_version(profilefs_bin):
     assert r.returncode == 0
     assert "usage: profilefs" in r.stdout and "-c, --config=FILE" in r.stdout
     assert "-o allow_other" in r.stdout  # FUSE's own options follow
-    r = run("--version")
-    assert r.returncode == 0 and r.stdout.startswith("profilefs 0.1.0 (libfuse 3.")
+    # our options come first, then FUSE's
+    assert r.stdout.index("--check") < r.stdout.index("-o allow_other")
+    for flag in ("--version", "-V"):
+        r = run(flag)
+        assert r.returncode == 0
+        lines = r.stdout.splitlines()  # one component a line
+        assert lines[0] == "profilefs 0.1.0" and lines[1].startswith("libfuse 3.")
+        names = [l.split()[0] for l in lines[1:]]
+        assert names == ["libfuse", "libcurl", "zlib", "jansson", "protobuf-c", "libnats"]
+
+
+@pytest.mark.parametrize("opt", ["--bogus", "-x", "--config-file=a.json"])
+def test_unknown_option_is_a_usage_error_naming_it(profilefs_bin, tmp_path, opt):
+    r = run(opt, "-c", str(tmp_path / "c.json"), str(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr == f"profilefs: error: unknown option {opt} (see --help)\n"
+
+
+def test_check_mode(profilefs_bin, tmp_path, monkeypatch):
+    """Like promtool check config: validate, resolve *_env secrets, print OK or
+    the error, exit 0 or 2, mount nothing."""
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(config_for({"a": ["http://127.0.0.1:1/debug/pprof"]},
+                                          bearer_token_env="PFS_T", cache_dir=str(tmp_path / "c"))))
+    good.chmod(0o600)
+    monkeypatch.setenv("PFS_T", "s3cret-t0ken")
+    r = run("--check", "-c", str(good))
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout == f"{good}: OK (1 cluster, 1 service listed, cache {tmp_path / 'c'})\n"
+    assert not (tmp_path / "c").exists()  # nothing made, nothing mounted
+    monkeypatch.delenv("PFS_T")
+    r = run("--check", str(good))
+    assert r.returncode == 2 and "PFS_T" in r.stderr and "s3cret" not in r.stderr + r.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"retenton": "7d", "clusters": {}}')
+    r = run("--check", "-c", str(bad))
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == (f"profilefs: error: config {bad}: retenton: unknown field; "
+                                'did you mean "retention"?')
+    bad.write_text('{"latest_ttl": "1 minute", "clusters": {}}')
+    r = run("--check", "-c", str(bad))
+    assert r.returncode == 2 and '"10s", "500ms", "1m", "2h", "1d"' in r.stderr
+    r = run("--check", "-c", str(tmp_path))
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"profilefs: error: config {tmp_path}: is a directory, not a JSON file")
+
+
+def test_log_file_and_level(goapp, mount, tmp_path):
+    app = goapp()
+    log = tmp_path / "pfs.log"
+    dead = "http://127.0.0.1:1/debug/pprof"
+    m = mount(config_for({"a": {"targets": [app.base], "profiles": ["heap"]},
+                          "b": {"targets": [dead], "profiles": ["heap"]}}),
+              extra_args=["--log-file", str(log), "-o", "log_level=warning"])
+    (m.path / "local/a/latest/heap.pb.gz").read_bytes()
+    with pytest.raises(OSError):
+        (m.path / "local/b/latest/heap.pb.gz").read_bytes()
+    text = log.read_text()
+    lines = text.splitlines()
+    assert len(lines) == 1, lines  # the error; no info line at level warning
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ profilefs\[\d+\]: error: fetch local/b ",
+                    lines[0]), lines[0]
+    assert m.log() == ""  # nothing on stderr
+
+
+@pytest.mark.skipif(os.path.exists("/dev/log"), reason="syslog is there: daemon logs go to it")
+def test_daemon_without_syslog_logs_to_the_cache(goapp, profilefs_bin, tmp_path):
+    """No /dev/log (a container): a daemon would lose every line; it says so
+    before detaching and logs to CACHE_DIR/.profilefs.log."""
+    app = goapp()
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(config_for({"app": {"targets": [app.base], "profiles": ["heap"]}},
+                                          cache_dir=str(tmp_path / "cache"))))
+    path.chmod(0o600)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = run("-c", str(path), str(mnt))
+    try:
+        assert r.returncode == 0, r.stderr
+        log = tmp_path / "cache/.profilefs.log"
+        assert r.stderr == f"profilefs: warning: no syslog (/dev/log): logging to {log}\n"
+        wait_for(lambda: is_mounted(mnt), what="mount")
+        assert (mnt / "local/app/latest/heap.pb.gz").read_bytes()[:2] == b"\x1f\x8b"
+        assert f"info: mounted {path} on {mnt}" in log.read_text()
+    finally:
+        unmount(mnt)
+
+
+def test_second_mount_on_a_mountpoint_or_cache_fails_clearly(goapp, mount, tmp_path):
+    app = goapp()
+    m = mount(config_for({"app": {"targets": [app.base], "profiles": ["heap"]}}))
+    r = run("-f", "-c", str(m.config_path), str(m.path))
+    assert r.returncode == 2
+    assert r.stderr == (f"profilefs: error: {m.path} is mounted already ({m.config_path}, type "
+                        f"fuse.profilefs): unmount it first (fusermount3 -u {m.path})\n")
+    other = tmp_path / "other"
+    other.mkdir()
+    r = run("-f", "-c", str(m.config_path), str(other))
+    assert r.returncode != 0 and not is_mounted(other)
+    assert str(m.cache) in r.stderr and "in use" in r.stderr, r.stderr
+    assert (m.path / "local/app/latest/heap.pb.gz").read_bytes()[:2] == b"\x1f\x8b"
 
 
 def test_no_arguments_is_usage_error(profilefs_bin):
@@ -127,6 +227,35 @@ def test_config_as_mount_option(goapp, mount, profilefs_bin, tmp_path):
 def test_missing_config_file(profilefs_bin, tmp_path):
     r = run("-f", "-c", str(tmp_path / "nope.json"), str(tmp_path))
     assert r.returncode == 2 and "nope.json" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+@pytest.mark.skipif(shutil.which("mount") is None, reason="no mount(8)")
+def test_fstab_mount_with_config_as_option(goapp, tmp_path):
+    """An /etc/fstab line `none /mnt/prof fuse.profilefs config=FILE,allow_other 0 0`:
+    mount(8) -> mount.fuse3 -> `profilefs none MOUNTPOINT -o ...,config=FILE`, with
+    profilefs from the helper's own PATH (/usr/local/bin after meson install); the
+    "prog#source" form used here runs the same command with the build tree's."""
+    app = goapp()
+    cfg = config_for({"app": {"targets": [app.base], "profiles": ["heap"]}},
+                     cache_dir=str(tmp_path / "cache"))
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    path.chmod(0o600)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "fuse", "-o", f"config={path},allow_other",
+                        f"{PROFILEFS}#none", str(mnt)], capture_output=True, text=True,
+                       timeout=30)
+    try:
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: is_mounted(mnt), what="mount")
+        assert (mnt / "local/app/latest/heap.pb.gz").read_bytes()[:2] == b"\x1f\x8b"
+        with open("/proc/self/mounts") as f:
+            fields = next(l for l in f if l.split()[1] == str(mnt)).split()
+        assert fields[2] == "fuse.profilefs" and "ro" in fields[3].split(",")
+        assert "allow_other" in fields[3]
+    finally:
+        unmount(mnt)
 
 
 @pytest.mark.skipif(shutil.which("mount") is None, reason="no mount(8)")
