@@ -811,7 +811,52 @@ out:
 	return rc;
 }
 
+/* Top-level fields a mount option may set (-o key=value): not the tree,
+ * not secrets (a command line is visible to every user). */
+static const char *const g_option_keys[] = {
+	"cache_dir", "retention", "latest_ttl", "retry_after", "timeout", "cpu_seconds",
+	"max_profile_bytes", "max_profile_raw_bytes", "max_memory", "decode_threads",
+	"max_connections", "max_host_connections", NULL};
+
+bool pfs_config_option(const char *kv)
+{
+	size_t n = strcspn(kv, "=");
+
+	if (!kv[n])
+		return false;
+	for (const char *const *k = g_option_keys; *k; k++)
+		if (strlen(*k) == n && strncmp(*k, kv, n) == 0)
+			return true;
+	return false;
+}
+
+/* "key=value" into root: a whole integer or number as one, else a string. */
+static void set_option(json_t *root, const char *kv)
+{
+	size_t n = strcspn(kv, "=");
+	char key[64], *end;
+	const char *v = kv + n + 1;
+	json_t *val;
+
+	snprintf(key, sizeof key, "%.*s", (int)n, kv);
+	errno = 0;
+	long long i = strtoll(v, &end, 10);
+	if (*v && !*end && !errno) {
+		val = json_integer(i);
+	} else {
+		double d = strtod(v, &end);
+		val = *v && !*end && isfinite(d) ? json_real(d) : json_string(v);
+	}
+	json_object_set_new(root, key, val);
+}
+
 int pfs_config_load(const char *path, struct pfs_config *cfg, char *err, size_t errlen)
+{
+	return pfs_config_load_with(path, NULL, 0, cfg, err, errlen);
+}
+
+int pfs_config_load_with(const char *path, char *const *options, size_t n_options,
+			 struct pfs_config *cfg, char *err, size_t errlen)
 {
 	struct parser p = {.path = path, .err = err, .errlen = errlen};
 	json_error_t jerr;
@@ -843,6 +888,8 @@ int pfs_config_load(const char *path, struct pfs_config *cfg, char *err, size_t 
 				 jerr.column, jerr.text);
 		return -1;
 	}
+	for (size_t i = 0; i < n_options && json_is_object(root); i++)
+		set_option(root, options[i]);
 	rc = parse_top(&p, root, cfg);
 	json_decref(root);
 	if (rc == 0 && p.has_secrets && stat(path, &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)))

@@ -35,6 +35,8 @@ struct cli {
 	int version;
 	int check;
 	char *bad_option; /* the first option neither ours nor libfuse's */
+	char *options[32]; /* -o key=value for config fields */
+	size_t n_options;
 };
 
 enum { KEY_HELP, KEY_VERSION, KEY_CHECK };
@@ -84,7 +86,15 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *args
 			c->positional[c->n_positional] = strdup(arg);
 		c->n_positional++;
 		return 0;
-	default: /* -o suboptions are the mount's; dash options must be known */
+	default: /* -o suboptions are the mount's or config fields; dash
+		  * options must be known */
+		if (arg[0] != '-' && pfs_config_option(arg)) {
+			if (c->n_options < sizeof c->options / sizeof *c->options)
+				c->options[c->n_options++] = strdup(arg);
+			else if (!c->bad_option)
+				c->bad_option = strdup(arg);
+			return 0;
+		}
 		if (arg[0] == '-' && !fuse_flag(arg) && !c->bad_option)
 			c->bad_option = strdup(arg);
 		return 1;
@@ -113,7 +123,11 @@ static void usage(FILE *out)
 		"  -f                  stay in the foreground, log to stderr\n"
 		"  -d                  debug: FUSE request trace and debug log lines (implies -f)\n"
 		"  -s                  single-threaded FUSE loop (slow targets then block others)\n"
-		"  -o OPT[,OPT...]     mount options, e.g. allow_other\n"
+		"  -o OPT[,OPT...]     mount options, e.g. allow_other; and config fields as\n"
+		"                      KEY=VALUE over the file's: cache_dir, retention, latest_ttl,\n"
+		"                      retry_after, timeout, cpu_seconds, max_profile_bytes,\n"
+		"                      max_profile_raw_bytes, max_memory, decode_threads,\n"
+		"                      max_connections, max_host_connections\n"
 		"  -h, --help          this help\n"
 		"  -V, --version       version\n"
 		"\n"
@@ -260,7 +274,7 @@ static int check(struct cli *cli)
 				"profilefs --check -c CONFIG\n");
 		return EXIT_USAGE;
 	}
-	if (pfs_config_load(path, &cfg, err, sizeof err)) {
+	if (pfs_config_load_with(path, cli->options, cli->n_options, &cfg, err, sizeof err)) {
 		fprintf(stderr, "profilefs: error: %s\n", err);
 		pfs_config_free(&cfg);
 		return EXIT_USAGE;
@@ -365,7 +379,8 @@ static int run(struct cli *cli, struct fuse_args *args)
 		free(opts.mountpoint);
 		return EXIT_USAGE;
 	}
-	if (pfs_config_load(cli->config, &cfg, err, sizeof err)) {
+	if (pfs_config_load_with(cli->config, cli->options, cli->n_options, &cfg, err,
+				 sizeof err)) {
 		pfs_err("%s", err);
 		rc = EXIT_USAGE;
 	} else if (pfs_snap_init(&cfg, err, sizeof err)) {
@@ -396,6 +411,8 @@ int main(int argc, char *argv[])
 	free(cli.log_file);
 	free(cli.log_level);
 	free(cli.bad_option);
+	for (size_t i = 0; i < cli.n_options; i++)
+		free(cli.options[i]);
 	for (int i = 0; i < 3; i++)
 		free(cli.positional[i]);
 	return rc;

@@ -49,6 +49,11 @@ def test_check_mode(profilefs_bin, tmp_path, monkeypatch):
     assert (r.returncode, r.stderr) == (0, "")
     assert r.stdout == f"{good}: OK (1 cluster, 1 service listed, cache {tmp_path / 'c'})\n"
     assert not (tmp_path / "c").exists()  # nothing made, nothing mounted
+    # config fields as mount options (fstab), over the file's
+    r = run("--check", "-c", str(good), "-o", "cache_dir=/srv/pc,latest_ttl=2m,cpu_seconds=5")
+    assert r.returncode == 0 and "cache /srv/pc)" in r.stdout, r.stderr
+    r = run("--check", "-c", str(good), "-o", "latest_ttl=forever")
+    assert r.returncode == 2 and "latest_ttl: must be a duration" in r.stderr
     monkeypatch.delenv("PFS_T")
     r = run("--check", str(good))
     assert r.returncode == 2 and "PFS_T" in r.stderr and "s3cret" not in r.stderr + r.stdout
@@ -72,10 +77,11 @@ def test_log_file_and_level(goapp, mount, tmp_path):
     dead = "http://127.0.0.1:1/debug/pprof"
     m = mount(config_for({"a": {"targets": [app.base], "profiles": ["heap"]},
                           "b": {"targets": [dead], "profiles": ["heap"]}}),
-              extra_args=["--log-file", str(log), "-o", "log_level=warning"])
+              extra_args=["--log-file", str(log), "-o", "log_level=warning,retry_after=60"])
     (m.path / "local/a/latest/heap.pb.gz").read_bytes()
-    with pytest.raises(OSError):
-        (m.path / "local/b/latest/heap.pb.gz").read_bytes()
+    for _ in range(2):  # retry_after=60 from -o: one fetch, one line
+        with pytest.raises(OSError):
+            (m.path / "local/b/latest/heap.pb.gz").read_bytes()
     text = log.read_text()
     lines = text.splitlines()
     assert len(lines) == 1, lines  # the error; no info line at level warning
