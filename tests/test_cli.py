@@ -318,3 +318,20 @@ def test_build_guards_thread_stacks():
         cmd = c.get("command") or " ".join(c["arguments"])
         assert "-fstack-clash-protection" in cmd, c["file"]
         assert "-Werror=frame-larger-than=16384" in cmd, c["file"]
+
+
+def test_meson_install_installs_the_systemd_unit(tmp_path):
+    """meson install puts the binary, the man page and the unit in place; the
+    unit runs the installed binary and does not restart a bad config."""
+    build = PROFILEFS.parent
+    r = subprocess.run(["meson", "install", "-C", str(build), "--no-rebuild", "--destdir",
+                        str(tmp_path / "dest")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    prefix = subprocess.run(["meson", "introspect", "--buildoptions", str(build)],
+                            capture_output=True, text=True, check=True).stdout
+    prefix = next(o["value"] for o in json.loads(prefix) if o["name"] == "prefix")
+    root = tmp_path / "dest" / prefix.lstrip("/")
+    unit = (root / "lib/systemd/system/profilefs.service").read_text()
+    assert f"ExecStart={prefix}/bin/profilefs -f -c /etc/profilefs.json" in unit
+    assert "RestartPreventExitStatus=2" in unit and "EnvironmentFile=-/etc/profilefs.env" in unit
+    assert (root / "bin/profilefs").exists() and (root / "share/man/man1/profilefs.1").exists()
