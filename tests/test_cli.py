@@ -236,11 +236,15 @@ def test_missing_config_file(profilefs_bin, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("mount") is None, reason="no mount(8)")
-def test_fstab_mount_with_config_as_option(goapp, tmp_path):
-    """An /etc/fstab line `none /mnt/prof fuse.profilefs config=FILE,allow_other 0 0`:
-    mount(8) -> mount.fuse3 -> `profilefs none MOUNTPOINT -o ...,config=FILE`, with
-    profilefs from the helper's own PATH (/usr/local/bin after meson install); the
-    "prog#source" form used here runs the same command with the build tree's."""
+@pytest.mark.parametrize("form", ["config-as-source", "config-as-option"])
+def test_mount_t_fuse_profilefs_like_fstab(goapp, tmp_path, form):
+    """What an /etc/fstab line does, in both forms
+         /etc/profilefs.json  /mnt/prof  fuse.profilefs  rw,allow_other  0 0
+         none  /mnt/prof  fuse.profilefs  config=/etc/profilefs.json,allow_other  0 0
+    mount(8) runs the fuse helper, which runs `profilefs SOURCE DIR -o OPTS`.
+    `-t fuse.profilefs` finds profilefs on the helper's own PATH (/usr/local/bin
+    after meson install); the "prog#source" form used here runs the same
+    command with the binary from the build tree."""
     app = goapp()
     cfg = config_for({"app": {"targets": [app.base], "profiles": ["heap"]}},
                      cache_dir=str(tmp_path / "cache"))
@@ -249,38 +253,11 @@ def test_fstab_mount_with_config_as_option(goapp, tmp_path):
     path.chmod(0o600)
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "fuse", "-o", f"config={path},allow_other",
-                        f"{PROFILEFS}#none", str(mnt)], capture_output=True, text=True,
-                       timeout=30)
-    try:
-        assert r.returncode == 0, r.stderr
-        wait_for(lambda: is_mounted(mnt), what="mount")
-        assert (mnt / "local/app/latest/heap.pb.gz").read_bytes()[:2] == b"\x1f\x8b"
-        with open("/proc/self/mounts") as f:
-            fields = next(l for l in f if l.split()[1] == str(mnt)).split()
-        assert fields[2] == "fuse.profilefs" and "ro" in fields[3].split(",")
-        assert "allow_other" in fields[3]
-    finally:
-        unmount(mnt)
-
-
-@pytest.mark.skipif(shutil.which("mount") is None, reason="no mount(8)")
-def test_mount_t_fuse_profilefs_like_fstab(goapp, tmp_path):
-    """What an /etc/fstab line does: mount(8) runs the fuse helper, which runs
-    `profilefs CONFIG DIR -o OPTS`. `-t fuse.profilefs` finds profilefs on the
-    helper's PATH (/usr/local/bin after meson install); the "prog#source" form
-    used here runs the same command with the binary from the build tree."""
-    app = goapp()
-    cfg = config_for({"app": {"targets": [app.base], "profiles": ["heap"]}},
-                     cache_dir=str(tmp_path / "cache"))
-    path = tmp_path / "c.json"
-    path.write_text(json.dumps(cfg))
-    path.chmod(0o600)
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "fuse", f"{PROFILEFS}#{path}", str(mnt),
-                        "-o", "rw,allow_other,nodev,nosuid"], capture_output=True, text=True,
-                       timeout=30)
+    source, opts = ((f"{PROFILEFS}#{path}", "rw,allow_other,nodev,nosuid")
+                    if form == "config-as-source" else
+                    (f"{PROFILEFS}#none", f"config={path},allow_other"))
+    r = subprocess.run(["mount", "-t", "fuse", source, str(mnt), "-o", opts],
+                       capture_output=True, text=True, timeout=30)
     try:
         assert r.returncode == 0, r.stderr
         wait_for(lambda: is_mounted(mnt), what="mount")
@@ -289,6 +266,7 @@ def test_mount_t_fuse_profilefs_like_fstab(goapp, tmp_path):
             fields = next(l for l in f if l.split()[1] == str(mnt)).split()
         assert fields[0] == str(path) and fields[2] == "fuse.profilefs"
         assert "ro" in fields[3].split(",")  # read-only even when asked for rw
+        assert "allow_other" in fields[3]
     finally:
         unmount(mnt)
 
