@@ -105,9 +105,9 @@ int pfs_snap_latest(struct pfs_service *s, int file, int flags, char round[PFS_R
  * there, -ENOENT if upstream has none (and for windows, which
  * pfs_snap_inputs fetches), -EIO if their fetches failed (logged). */
 int pfs_snap_latest_key(struct pfs_service *s, const char *merge_key, int flags);
-/* Start fetching every file of the latest round at once; do not wait.
- * Returns how many cpu profiles that began to take. */
-size_t pfs_snap_latest_start(struct pfs_service *s);
+/* Start fetching every file of the latest round at once; do not wait
+ * (flags: PFS_SNAP_NO_RETRY). Returns how many cpu profiles that began. */
+size_t pfs_snap_latest_start(struct pfs_service *s, int flags);
 /* Log that a listing of `what` waits for n cpu profiles (if n). */
 void pfs_snap_say_cpu(const char *what, size_t n, double seconds);
 /* The same, then wait, and call fn for each file that exists (a failed one

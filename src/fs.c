@@ -720,7 +720,7 @@ static int list_dir(struct loc *l, int flags, bool quiet, struct listing *d)
 			/* Listing (or copying) a cluster snapshots all of its services
 			 * at once (one round per latest_ttl), so an rsync of the
 			 * mount waits for the slowest target, not for their sum. */
-			size_t c = quiet ? 0 : pfs_snap_latest_start(svcs[i]);
+			size_t c = quiet ? 0 : pfs_snap_latest_start(svcs[i], flags);
 			cpu += c;
 			secs = c && svcs[i]->cpu_seconds > secs ? svcs[i]->cpu_seconds : secs;
 			list_add(d, svcs[i]->name, true);
@@ -735,7 +735,9 @@ static int list_dir(struct loc *l, int flags, bool quiet, struct listing *d)
 		 * succeeded), so one rsync run copies the snapshot it caused. */
 		if (!quiet) {
 			snprintf(name, sizeof name, "%s/%s", l->cluster->name, l->service->name);
-			pfs_snap_say_cpu(name, pfs_snap_latest_start(l->service),
+			/* parked, it waits for the round: a failure is taken,
+			 * not fetched again (retry_after 0) at every retry */
+			pfs_snap_say_cpu(name, pfs_snap_latest_start(l->service, flags),
 					 l->service->cpu_seconds);
 		}
 		list_add(d, LATEST, true);

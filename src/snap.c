@@ -1025,7 +1025,7 @@ int pfs_snap_latest_key(struct pfs_service *s, const char *merge_key, int flags)
 	return rc ? rc : ready ? 0 : failed ? -EIO : -ENOENT;
 }
 
-size_t pfs_snap_latest_start(struct pfs_service *s)
+size_t pfs_snap_latest_start(struct pfs_service *s, int flags)
 {
 	time_t now = time(NULL);
 	size_t cpu;
@@ -1033,7 +1033,7 @@ size_t pfs_snap_latest_start(struct pfs_service *s)
 	if (windowed(s))
 		return 0; /* windows are fetched when read */
 	pthread_mutex_lock(&g_lock);
-	cpu = start_round(s, latest_round(s, now), now, 0);
+	cpu = start_round(s, latest_round(s, now), now, flags);
 	pthread_mutex_unlock(&g_lock);
 	return cpu;
 }
