@@ -671,28 +671,27 @@ static int list_range(struct loc *l, int flags, bool quiet, struct listing *d)
 	const char **keys;
 	char name[512];
 	size_t n = pfs_merged_keys(s, &keys);
+	off_t size;
+	time_t t;
 	int rc = 0;
 
-	for (size_t i = 0; i <= n && rc != -EAGAIN; i++) {
-		const char *key = i < n ? keys[i] : PFS_PGO_FILE;
-		bool has = pfs_merged_has(s, l->range, key);
-		if (!has && !quiet && i < n)
-			has = (rc = pfs_snap_latest_key(s, key, flags)) == 0;
-		if (!has)
-			continue;
-		if (i == n) { /* only once built: no start_line, no file */
-			off_t size;
-			time_t t;
-			int brc = pfs_merged_stat(s, l->range, key, &size, &t, NULL, NULL);
-			if (brc == 0 || brc == -EIO)
-				list_add(d, PFS_PGO_FILE, false);
-			continue;
+	for (size_t i = 0; i < n && rc != -EAGAIN; i++) {
+		bool has = pfs_merged_has(s, l->range, keys[i]);
+		if (!has && !quiet)
+			has = (rc = pfs_snap_latest_key(s, keys[i], flags)) == 0;
+		if (has) {
+			snprintf(name, sizeof name, "%s.pb.gz", keys[i]);
+			list_add(d, name, false);
 		}
-		snprintf(name, sizeof name, "%s.pb.gz", key);
-		list_add(d, name, false);
 	}
 	free(keys);
-	return rc == -EAGAIN ? rc : 0;
+	if (rc == -EAGAIN)
+		return rc;
+	/* listed once built: no input with start_line (or none), no file */
+	rc = pfs_merged_stat(s, l->range, PFS_PGO_FILE, &size, &t, NULL, NULL);
+	if (rc == 0 || rc == -EIO)
+		list_add(d, PFS_PGO_FILE, false);
+	return 0;
 }
 
 /* Without wait: -EAGAIN (the listing is dropped) while fetches run. */
