@@ -55,6 +55,10 @@ typedef void (*pfs_cache_round_fn)(const char *cluster, const char *service, con
 /* Round directories of one service (or, with service NULL, of every
  * service of the cluster). */
 void pfs_cache_rounds(const char *cluster, const char *service, pfs_cache_round_fn fn, void *arg);
+/* Stored files of one round (their names). */
+typedef void (*pfs_cache_file_fn)(const char *file, void *arg);
+void pfs_cache_files(const char *cluster, const char *service, const char *round,
+		     pfs_cache_file_fn fn, void *arg);
 /* Every round directory in the cache. */
 void pfs_cache_each_round(pfs_cache_round_fn fn, void *arg);
 

@@ -24,6 +24,7 @@ extern const char *const pfs_profile_names[PFS_NPROFILES];
 
 struct pfs_svc_state; /* snap.c */
 struct pfs_source_ops; /* source.h */
+struct pfs_discovery; /* discovery.h */
 
 struct pfs_target {
 	char *name;      /* safe path component, unique within its service */
@@ -34,6 +35,7 @@ struct pfs_target {
 	char *username;  /* basic auth, or NULL */
 	char *password;
 	double timeout;  /* seconds for one fetch; cpu adds cpu_seconds */
+	unsigned profiles; /* discovered: the profiles it serves (0: the service's) */
 };
 
 /* One file of a service's snapshot (a <time> or latest/ directory). */
@@ -60,6 +62,10 @@ struct pfs_service {
 	struct pfs_file *files;
 	size_t n_files;
 	struct pfs_svc_state *state;
+	/* Its targets come from discovery (discovery.h): they are appended as
+	 * they are discovered, stay (inactive) while a snapshot holds their
+	 * files, and snap.c changes them under its lock (pfs_snap_set_targets). */
+	bool discovered;
 };
 
 /* Settings of a cluster whose kind is not "pprof". */
@@ -91,6 +97,7 @@ struct pfs_cluster {
 	struct pfs_file *types; /* API sources: the files every service has */
 	size_t n_types;
 	time_t discovered_at;
+	struct pfs_discovery *discovery; /* pprof: targets discovered, not listed */
 };
 
 /* A merged/<name>/ directory: every snapshot of the last `seconds`. */

@@ -146,8 +146,22 @@ struct pfs_target_stats {
 	time_t in_flight_since; /* since when (0: none) */
 	int pgo; /* the last cpu profile: 1 has Function.start_line, -1 has not (go
 		  * build -pgo rejects it), 0 none fetched */
+	/* filled by pfs_snap_target_stats: the target as it is now */
+	char target[256], url[512];
+	bool active; /* discovered services: discovery lists it now */
 };
 size_t pfs_snap_stats_count(const struct pfs_service *s);
 void pfs_snap_target_stats(struct pfs_service *s, size_t i, struct pfs_target_stats *out);
+
+/* Discovered services: the targets discovery lists now (ts[i] taken over;
+ * names unique, safe). A known name stays the same target (its address
+ * is updated once no fetch of it runs); a new one is added, reusing a
+ * target that left if nothing refers to it any more; one not listed
+ * becomes inactive: it is left out of new rounds (latest/), and its files
+ * in earlier rounds stay until retention. Counts into *added and *gone. */
+void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n, size_t *added,
+			  size_t *gone);
+/* How many targets a discovered service holds (active or not). */
+size_t pfs_snap_n_targets(struct pfs_service *s);
 
 #endif

@@ -100,6 +100,9 @@ void pfs_http_sync_many(const struct pfs_target *t, char *const *urls, size_t n,
 struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *upstream,
 					    const char *display, const struct pfs_file *files,
 					    size_t n_files);
+/* The same for a pprof cluster's discovered service (discovery.h): no
+ * files yet; its targets come with pfs_snap_set_targets. */
+struct pfs_service *pfs_cluster_add_discovered(struct pfs_cluster *c, const char *upstream);
 /* Add a profile type to the cluster's list of files (once: services keep
  * the files they were made with): file <pretty>.pb.gz, sanitized, made
  * unique. Call with c->lock held. */

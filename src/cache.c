@@ -512,6 +512,30 @@ void pfs_cache_rounds(const char *cluster, const char *service, pfs_cache_round_
 		each_entry(fd, true, false, scan_service, &sc);
 }
 
+struct file_scan {
+	pfs_cache_file_fn fn;
+	void *arg;
+};
+
+static void scan_named_file(int dir, const char *name, const struct stat *st, void *arg)
+{
+	struct file_scan *fs = arg;
+	(void)dir;
+	if (st->st_size > 0) /* as pfs_cache_stat: an empty file is no snapshot */
+		fs->fn(name, fs->arg);
+}
+
+void pfs_cache_files(const char *cluster, const char *service, const char *round,
+		     pfs_cache_file_fn fn, void *arg)
+{
+	const char *parts[] = {cluster, service, round};
+	struct file_scan fs = {fn, arg};
+	int fd = open_dir(parts, 3, false);
+
+	if (fd >= 0)
+		each_entry(fd, false, false, scan_named_file, &fs);
+}
+
 void pfs_cache_each_round(pfs_cache_round_fn fn, void *arg)
 {
 	struct scan sc = {.round_fn = fn, .arg = arg};

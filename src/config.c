@@ -1,13 +1,15 @@
 /* Config file: parse, validate, resolve inherited settings. */
 #include "config.h"
 
+#include "confparse.h"
+#include "discovery.h"
+
 #include "log.h"
 #include "names.h"
 #include "source.h"
 
 #include <curl/curl.h>
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,27 +25,7 @@ const char *const pfs_profile_names[PFS_NPROFILES] = {
 
 #define ALL_PROFILES ((1u << PFS_NPROFILES) - 1)
 
-/* Settings that every level (top, cluster, service, target) may set and
- * that the level below inherits. */
-struct settings {
-	double timeout;
-	double cpu_seconds;
-	json_t *headers; /* object name -> string, owned */
-	const char *token;
-	const char *username;
-	const char *password;
-	unsigned profiles;
-};
-
-struct parser {
-	const char *path;
-	char *err;
-	size_t errlen;
-	bool has_secrets;
-};
-
-__attribute__((format(printf, 3, 4)))
-static int fail(struct parser *p, const char *field, const char *fmt, ...)
+int pfs_conf_fail(struct pfs_parser *p, const char *field, const char *fmt, ...)
 {
 	char msg[512];
 	va_list ap;
@@ -95,7 +77,7 @@ static void fmt_duration(double d, char *out, size_t outlen)
 	snprintf(out, outlen, "%gs", d);
 }
 
-static int get_duration(struct parser *p, json_t *obj, const char *key, const char *where,
+int pfs_conf_duration(struct pfs_parser *p, json_t *obj, const char *key, const char *where,
 			double min, double max, double *out)
 {
 	json_t *v = json_object_get(obj, key);
@@ -114,13 +96,13 @@ static int get_duration(struct parser *p, json_t *obj, const char *key, const ch
 	fmt_duration(min, lo, sizeof lo);
 	fmt_duration(max, hi, sizeof hi);
 	if (!isfinite(d) || d < min || d > max)
-		return fail(p, field, "must be a duration from %s to %s: a number of seconds or a "
+		return pfs_conf_fail(p, field, "must be a duration from %s to %s: a number of seconds or a "
 			    "string like \"10s\", \"500ms\", \"1m\", \"2h\", \"1d\"", min ? lo : "0", hi);
 	*out = d;
 	return 0;
 }
 
-static int get_string(struct parser *p, json_t *obj, const char *key, const char *where,
+int pfs_conf_string(struct pfs_parser *p, json_t *obj, const char *key, const char *where,
 		      const char **out)
 {
 	json_t *v = json_object_get(obj, key);
@@ -130,36 +112,36 @@ static int get_string(struct parser *p, json_t *obj, const char *key, const char
 		return 0;
 	snprintf(field, sizeof field, "%s%s", where, key);
 	if (!json_is_string(v) || json_string_length(v) == 0)
-		return fail(p, field, "must be a non-empty string");
+		return pfs_conf_fail(p, field, "must be a non-empty string");
 	if (strlen(json_string_value(v)) != json_string_length(v))
-		return fail(p, field, "must not contain NUL");
+		return pfs_conf_fail(p, field, "must not contain NUL");
 	*out = json_string_value(v);
 	return 0;
 }
 
 /* A secret given inline or through an environment variable named by
  * KEY_env. */
-static int get_secret(struct parser *p, json_t *obj, const char *key, const char *where,
+int pfs_conf_secret(struct pfs_parser *p, json_t *obj, const char *key, const char *where,
 		      const char **out)
 {
 	char envkey[64], field[512];
 	const char *var = NULL;
 
-	if (get_string(p, obj, key, where, out))
+	if (pfs_conf_string(p, obj, key, where, out))
 		return -1;
 	if (*out && json_object_get(obj, key))
 		p->has_secrets = true;
 	snprintf(envkey, sizeof envkey, "%s_env", key);
-	if (get_string(p, obj, envkey, where, &var))
+	if (pfs_conf_string(p, obj, envkey, where, &var))
 		return -1;
 	if (!var)
 		return 0;
 	snprintf(field, sizeof field, "%s%s", where, envkey);
 	if (json_object_get(obj, key))
-		return fail(p, field, "give either %s or %s, not both", key, envkey);
+		return pfs_conf_fail(p, field, "give either %s or %s, not both", key, envkey);
 	*out = getenv(var);
 	if (!*out || !**out)
-		return fail(p, field, "environment variable %s is not set", var);
+		return pfs_conf_fail(p, field, "environment variable %s is not set", var);
 	return 0;
 }
 
@@ -172,7 +154,7 @@ static bool header_is_secret(const char *name)
 
 /* where + key as a field path: .name, or ."name" when the name is not
  * a plain one (so that "..", "a/b" or "" read unambiguously). */
-static void key_path(char *out, size_t outlen, const char *where, const char *key)
+void pfs_conf_key_path(char *out, size_t outlen, const char *where, const char *key)
 {
 	if (pfs_name_is_safe(key))
 		snprintf(out, outlen, "%s%s", where, key);
@@ -181,11 +163,11 @@ static void key_path(char *out, size_t outlen, const char *where, const char *ke
 }
 
 /* A config name used as a path component as it is. */
-static int check_name(struct parser *p, const char *field, const char *what, const char *name)
+static int check_name(struct pfs_parser *p, const char *field, const char *what, const char *name)
 {
 	if (pfs_name_is_safe(name))
 		return 0;
-	return fail(p, field, "%s must be 1-200 of [A-Za-z0-9._-], not starting with '.'", what);
+	return pfs_conf_fail(p, field, "%s must be 1-200 of [A-Za-z0-9._-], not starting with '.'", what);
 }
 
 /* Edit distance of a and b (Levenshtein), or more than max if it is. */
@@ -211,7 +193,7 @@ static size_t edits(const char *a, const char *b, size_t max)
 	return row[lb];
 }
 
-static int check_keys(struct parser *p, json_t *obj, const char *where, const char *const *allowed)
+int pfs_conf_keys(struct pfs_parser *p, json_t *obj, const char *where, const char *const *allowed)
 {
 	const char *key;
 	json_t *v;
@@ -230,9 +212,9 @@ static int check_keys(struct parser *p, json_t *obj, const char *where, const ch
 		}
 		if (!ok) {
 			char field[512];
-			key_path(field, sizeof field, where, key);
-			return near ? fail(p, field, "unknown field; did you mean \"%s\"?", near)
-				    : fail(p, field, "unknown field");
+			pfs_conf_key_path(field, sizeof field, where, key);
+			return near ? pfs_conf_fail(p, field, "unknown field; did you mean \"%s\"?", near)
+				    : pfs_conf_fail(p, field, "unknown field");
 		}
 	}
 	return 0;
@@ -244,18 +226,18 @@ static int check_keys(struct parser *p, json_t *obj, const char *where, const ch
 /* Read this level's settings over the inherited ones in s (a copy whose
  * headers are borrowed). On return, success or not, s->headers is a
  * reference the caller owns and must drop. */
-static int parse_settings(struct parser *p, json_t *obj, const char *where, struct settings *s)
+static int parse_settings(struct pfs_parser *p, json_t *obj, const char *where, struct pfs_settings *s)
 {
 	char field[512];
 	json_t *v;
 
 	json_incref(s->headers);
-	if (get_duration(p, obj, "timeout", where, 0.001, 3600, &s->timeout) ||
-	    get_duration(p, obj, "cpu_seconds", where, 1, 3600, &s->cpu_seconds))
+	if (pfs_conf_duration(p, obj, "timeout", where, 0.001, 3600, &s->timeout) ||
+	    pfs_conf_duration(p, obj, "cpu_seconds", where, 1, 3600, &s->cpu_seconds))
 		return -1;
 	if (s->cpu_seconds != (long)s->cpu_seconds) {
 		snprintf(field, sizeof field, "%scpu_seconds", where);
-		return fail(p, field, "must be a whole number of seconds");
+		return pfs_conf_fail(p, field, "must be a whole number of seconds");
 	}
 	if ((v = json_object_get(obj, "headers"))) {
 		const char *k;
@@ -263,7 +245,7 @@ static int parse_settings(struct parser *p, json_t *obj, const char *where, stru
 
 		snprintf(field, sizeof field, "%sheaders", where);
 		if (!json_is_object(v))
-			return fail(p, field, "must be an object of header names to strings");
+			return pfs_conf_fail(p, field, "must be an object of header names to strings");
 		json_t *merged = json_deep_copy(s->headers);
 		json_object_foreach(v, k, hv) {
 			if (!json_is_string(hv) || !*k || strpbrk(k, ":\r\n ") ||
@@ -271,8 +253,8 @@ static int parse_settings(struct parser *p, json_t *obj, const char *where, stru
 				json_decref(merged);
 				char sub[512];
 				snprintf(sub, sizeof sub, "%sheaders.", where);
-				key_path(field, sizeof field, sub, k);
-				return fail(p, field, "must be a header name with a one-line string value");
+				pfs_conf_key_path(field, sizeof field, sub, k);
+				return pfs_conf_fail(p, field, "must be a header name with a one-line string value");
 			}
 			if (header_is_secret(k))
 				p->has_secrets = true;
@@ -281,7 +263,7 @@ static int parse_settings(struct parser *p, json_t *obj, const char *where, stru
 		json_decref(s->headers);
 		s->headers = merged;
 	}
-	if (get_secret(p, obj, "bearer_token", where, &s->token))
+	if (pfs_conf_secret(p, obj, "bearer_token", where, &s->token))
 		return -1;
 	if ((v = json_object_get(obj, "basic_auth"))) {
 		static const char *const keys[] = {"username", "password", "password_env", NULL};
@@ -289,14 +271,14 @@ static int parse_settings(struct parser *p, json_t *obj, const char *where, stru
 
 		snprintf(sub, sizeof sub, "%sbasic_auth", where);
 		if (!json_is_object(v))
-			return fail(p, sub, "must be an object with username and password");
+			return pfs_conf_fail(p, sub, "must be an object with username and password");
 		strcat(sub, ".");
 		s->username = s->password = NULL;
-		if (check_keys(p, v, sub, keys) || get_string(p, v, "username", sub, &s->username) ||
-		    get_secret(p, v, "password", sub, &s->password))
+		if (pfs_conf_keys(p, v, sub, keys) || pfs_conf_string(p, v, "username", sub, &s->username) ||
+		    pfs_conf_secret(p, v, "password", sub, &s->password))
 			return -1;
 		if (!s->username || !s->password)
-			return fail(p, sub, "needs username and password (or password_env)");
+			return pfs_conf_fail(p, sub, "needs username and password (or password_env)");
 	}
 	if ((v = json_object_get(obj, "profiles"))) {
 		size_t i;
@@ -304,7 +286,7 @@ static int parse_settings(struct parser *p, json_t *obj, const char *where, stru
 
 		snprintf(field, sizeof field, "%sprofiles", where);
 		if (!json_is_array(v) || json_array_size(v) == 0)
-			return fail(p, field, "must be a non-empty array of profile names");
+			return pfs_conf_fail(p, field, "must be a non-empty array of profile names");
 		s->profiles = 0;
 		json_array_foreach(v, i, pv) {
 			int found = -1;
@@ -313,7 +295,7 @@ static int parse_settings(struct parser *p, json_t *obj, const char *where, stru
 					found = k;
 			if (found < 0) {
 				snprintf(field, sizeof field, "%sprofiles[%zu]", where, i);
-				return fail(p, field, "must be one of heap, allocs, goroutine, block, mutex, threadcreate, cpu");
+				return pfs_conf_fail(p, field, "must be one of heap, allocs, goroutine, block, mutex, threadcreate, cpu");
 			}
 			s->profiles |= 1u << found;
 		}
@@ -366,11 +348,51 @@ static bool url_has_credentials(const char *url)
 	return yes;
 }
 
-static int parse_target(struct parser *p, json_t *v, const char *where, const struct settings *inh,
+void pfs_conf_template(const struct pfs_settings *s, struct pfs_target *t)
+{
+	const char *k;
+	json_t *hv;
+
+	t->timeout = s->timeout;
+	t->headers = calloc(json_object_size(s->headers) + 2, sizeof(char *));
+	if (s->token) {
+		size_t n = strlen(s->token) + 32;
+		t->headers[t->n_headers] = malloc(n);
+		snprintf(t->headers[t->n_headers++], n, "Authorization: Bearer %s", s->token);
+	}
+	json_object_foreach(s->headers, k, hv) {
+		size_t n = strlen(k) + json_string_length(hv) + 4;
+		t->headers[t->n_headers] = malloc(n);
+		snprintf(t->headers[t->n_headers++], n, "%s: %s", k, json_string_value(hv));
+	}
+	if (s->username) {
+		t->username = strdup(s->username);
+		t->password = strdup(s->password);
+	}
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+void pfs_target_copy(const struct pfs_target *from, struct pfs_target *to)
+{
+	to->name = dup_or_null(from->name);
+	to->url = dup_or_null(from->url);
+	to->log_url = dup_or_null(from->log_url);
+	to->headers = calloc(from->n_headers + 1, sizeof(char *));
+	for (size_t i = 0; i < from->n_headers; i++)
+		to->headers[i] = strdup(from->headers[i]);
+	to->n_headers = from->n_headers;
+	to->username = dup_or_null(from->username);
+	to->password = dup_or_null(from->password);
+	to->timeout = from->timeout;
+	to->profiles = from->profiles;
+}
+
+static int parse_target(struct pfs_parser *p, json_t *v, const char *where, const struct pfs_settings *inh,
 			bool nats, struct pfs_target *t)
 {
 	static const char *const keys[] = {"url", "name", SETTING_KEYS, NULL};
-	struct settings s = *inh;
+	struct pfs_settings s = *inh;
 	const char *url = NULL, *name = NULL;
 	char field[512], hostport[256] = "";
 	json_t *obj;
@@ -379,10 +401,10 @@ static int parse_target(struct parser *p, json_t *v, const char *where, const st
 	obj = json_is_string(v) ? json_pack("{sO}", "url", v) : json_incref(v);
 	if (!json_is_object(obj)) {
 		json_decref(obj);
-		return fail(p, where, "a target must be a URL string or an object with \"url\"");
+		return pfs_conf_fail(p, where, "a target must be a URL string or an object with \"url\"");
 	}
 	snprintf(field, sizeof field, "%s.", where);
-	if (check_keys(p, obj, field, keys)) {
+	if (pfs_conf_keys(p, obj, field, keys)) {
 		json_decref(obj);
 		return -1;
 	}
@@ -390,27 +412,27 @@ static int parse_target(struct parser *p, json_t *v, const char *where, const st
 		goto out;
 	if (s.profiles != inh->profiles) {
 		snprintf(field, sizeof field, "%s.profiles", where);
-		fail(p, field, "set profiles on the service, not on one target");
+		pfs_conf_fail(p, field, "set profiles on the service, not on one target");
 		goto out;
 	}
 	snprintf(field, sizeof field, "%s.", where);
-	if (get_string(p, obj, "url", field, &url) || get_string(p, obj, "name", field, &name))
+	if (pfs_conf_string(p, obj, "url", field, &url) || pfs_conf_string(p, obj, "name", field, &name))
 		goto out;
 	snprintf(field, sizeof field, "%s.url", where);
 	if (!url) {
-		fail(p, field, "is required");
+		pfs_conf_fail(p, field, "is required");
 		goto out;
 	}
 	if (nats ? strncmp(url, "nats://", 7) != 0
 		 : strncmp(url, "http://", 7) && strncmp(url, "https://", 8)) {
-		fail(p, field, nats ? "must be a nats:// URL" : "must be an http:// or https:// URL");
+		pfs_conf_fail(p, field, nats ? "must be a nats:// URL" : "must be an http:// or https:// URL");
 		goto out;
 	}
 	t->log_url = url_for_log(url, hostport, sizeof hostport);
 	if (url_has_credentials(url))
 		p->has_secrets = true;
 	if (!t->log_url) {
-		fail(p, field, "is not a valid URL");
+		pfs_conf_fail(p, field, "is not a valid URL");
 		goto out;
 	}
 	t->url = strdup(url);
@@ -426,28 +448,7 @@ static int parse_target(struct parser *p, json_t *v, const char *where, const st
 		pfs_name_sanitize(hostport, safe, sizeof safe);
 		t->name = strdup(safe);
 	}
-	t->timeout = s.timeout;
-	if (s.token) {
-		size_t n = strlen(s.token) + 32;
-		t->headers = calloc(json_object_size(s.headers) + 1, sizeof(char *));
-		t->headers[t->n_headers] = malloc(n);
-		snprintf(t->headers[t->n_headers++], n, "Authorization: Bearer %s", s.token);
-	} else {
-		t->headers = calloc(json_object_size(s.headers) + 1, sizeof(char *));
-	}
-	{
-		const char *k;
-		json_t *hv;
-		json_object_foreach(s.headers, k, hv) {
-			size_t n = strlen(k) + json_string_length(hv) + 4;
-			t->headers[t->n_headers] = malloc(n);
-			snprintf(t->headers[t->n_headers++], n, "%s: %s", k, json_string_value(hv));
-		}
-	}
-	if (s.username) {
-		t->username = strdup(s.username);
-		t->password = strdup(s.password);
-	}
+	pfs_conf_template(&s, t);
 	rc = 0;
 out:
 	json_decref(s.headers);
@@ -455,11 +456,17 @@ out:
 	return rc;
 }
 
-static int parse_service(struct parser *p, const char *name, json_t *obj, const char *where,
-			 const struct settings *inh, struct pfs_service *svc)
+int pfs_conf_endpoint(struct pfs_parser *p, json_t *v, const char *where,
+		      const struct pfs_settings *inh, struct pfs_target *out)
+{
+	return parse_target(p, v, where, inh, false, out);
+}
+
+static int parse_service(struct pfs_parser *p, const char *name, json_t *obj, const char *where,
+			 const struct pfs_settings *inh, struct pfs_service *svc)
 {
 	static const char *const keys[] = {"targets", SETTING_KEYS, NULL};
-	struct settings s = *inh;
+	struct pfs_settings s = *inh;
 	char field[512];
 	json_t *targets, *tv;
 	size_t i;
@@ -467,9 +474,9 @@ static int parse_service(struct parser *p, const char *name, json_t *obj, const 
 
 	svc->name = strdup(name);
 	if (!json_is_object(obj))
-		return fail(p, where, "a service must be an object with \"targets\"");
+		return pfs_conf_fail(p, where, "a service must be an object with \"targets\"");
 	snprintf(field, sizeof field, "%s.", where);
-	if (check_keys(p, obj, field, keys))
+	if (pfs_conf_keys(p, obj, field, keys))
 		return -1;
 	if (parse_settings(p, obj, field, &s))
 		goto out_settings;
@@ -482,7 +489,7 @@ static int parse_service(struct parser *p, const char *name, json_t *obj, const 
 	} else if (json_is_array(targets) && json_array_size(targets) > 0) {
 		json_incref(targets);
 	} else {
-		fail(p, field, "must be a non-empty array of targets");
+		pfs_conf_fail(p, field, "must be a non-empty array of targets");
 		goto out_settings;
 	}
 	svc->targets = calloc(json_array_size(targets), sizeof *svc->targets);
@@ -494,7 +501,7 @@ static int parse_service(struct parser *p, const char *name, json_t *obj, const 
 		for (size_t j = 0; j < i; j++)
 			if (strcmp(svc->targets[j].name, svc->targets[i].name) == 0) {
 				strcat(field, ".name");
-				fail(p, field, "target name \"%s\" is used twice; give each target a \"name\"",
+				pfs_conf_fail(p, field, "target name \"%s\" is used twice; give each target a \"name\"",
 				     svc->targets[i].name);
 				goto out_targets;
 			}
@@ -527,7 +534,7 @@ out_settings:
 /* Keys a cluster of each kind may have, besides SETTING_KEYS. */
 static const char *const *kind_keys(const char *kind)
 {
-	static const char *const pprof[] = {"kind", "services", SETTING_KEYS, NULL};
+	static const char *const pprof[] = {"kind", "services", "discover", SETTING_KEYS, NULL};
 	static const char *const pyroscope[] = {"kind", "url", "window", "range", "tenant", "label",
 						"discover_every", SETTING_KEYS, NULL};
 	static const char *const parca[] = {"kind", "url", "window", "range", "label",
@@ -549,12 +556,10 @@ static const char *const *kind_keys(const char *kind)
 	return pprof;
 }
 
-static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
-
 /* A cluster whose services are discovered: one endpoint, and for API
  * kinds the window and range of its <time> directories. */
-static int parse_api(struct parser *p, json_t *obj, const char *where, const char *kind,
-		     const struct settings *s, struct pfs_cluster *c)
+static int parse_api(struct pfs_parser *p, json_t *obj, const char *where, const char *kind,
+		     const struct pfs_settings *s, struct pfs_cluster *c)
 {
 	static const char *const target_keys[] = {"url", "timeout", "headers", "bearer_token",
 						  "bearer_token_env", "basic_auth", NULL};
@@ -573,10 +578,10 @@ static int parse_api(struct parser *p, json_t *obj, const char *where, const cha
 	if (!json_object_get(sub, "url")) {
 		json_decref(sub);
 		snprintf(field, sizeof field, "%s.url", where);
-		return fail(p, field, "is required for kind \"%s\"", kind);
+		return pfs_conf_fail(p, field, "is required for kind \"%s\"", kind);
 	}
 	/* tenant: Pyroscope's X-Scope-OrgID header */
-	if (get_string(p, obj, "tenant", field, &tenant)) {
+	if (pfs_conf_string(p, obj, "tenant", field, &tenant)) {
 		json_decref(sub);
 		return -1;
 	}
@@ -598,22 +603,22 @@ static int parse_api(struct parser *p, json_t *obj, const char *where, const cha
 	a->window = 3600;
 	a->range = 86400;
 	a->discover_every = 60;
-	if (get_duration(p, obj, "window", field, 1, YEAR, &a->window) ||
-	    get_duration(p, obj, "range", field, 1, 10 * YEAR, &a->range) ||
-	    get_duration(p, obj, "discover_every", field, 0, DAY, &a->discover_every) ||
-	    get_string(p, obj, "label", field, &label) || get_string(p, obj, "project", field, &project) ||
-	    get_string(p, obj, "email", field, &email) || get_string(p, obj, "user", field, &user) ||
-	    get_secret(p, obj, "password", field, &password) ||
-	    get_secret(p, obj, "token", field, &token))
+	if (pfs_conf_duration(p, obj, "window", field, 1, YEAR, &a->window) ||
+	    pfs_conf_duration(p, obj, "range", field, 1, 10 * YEAR, &a->range) ||
+	    pfs_conf_duration(p, obj, "discover_every", field, 0, DAY, &a->discover_every) ||
+	    pfs_conf_string(p, obj, "label", field, &label) || pfs_conf_string(p, obj, "project", field, &project) ||
+	    pfs_conf_string(p, obj, "email", field, &email) || pfs_conf_string(p, obj, "user", field, &user) ||
+	    pfs_conf_secret(p, obj, "password", field, &password) ||
+	    pfs_conf_secret(p, obj, "token", field, &token))
 		return -1;
 	if (a->range < a->window || a->range / a->window > PFS_MAX_WINDOWS) {
 		snprintf(field, sizeof field, "%s.range", where);
-		return fail(p, field, "must be from one to %d windows (window %gs)", PFS_MAX_WINDOWS,
+		return pfs_conf_fail(p, field, "must be from one to %d windows (window %gs)", PFS_MAX_WINDOWS,
 			    a->window);
 	}
 	if (strcmp(kind, "coroot") == 0 && (!project || !email || !password)) {
 		snprintf(field, sizeof field, "%s.%s", where, !project ? "project" : !email ? "email" : "password");
-		return fail(p, field, "is required for kind \"coroot\"");
+		return pfs_conf_fail(p, field, "is required for kind \"coroot\"");
 	}
 	if (!label)
 		label = strcmp(kind, "parca") == 0 ? "job" : "service_name";
@@ -634,10 +639,10 @@ static int parse_api(struct parser *p, json_t *obj, const char *where, const cha
 	return 0;
 }
 
-static int parse_cluster(struct parser *p, const char *name, json_t *obj, const char *where,
-			 const struct settings *inh, struct pfs_cluster *c)
+static int parse_cluster(struct pfs_parser *p, const char *name, json_t *obj, const char *where,
+			 const struct pfs_settings *inh, struct pfs_cluster *c)
 {
-	struct settings s = *inh;
+	struct pfs_settings s = *inh;
 	char field[512];
 	const char *kind = "pprof", *sname;
 	json_t *services, *sv;
@@ -647,17 +652,17 @@ static int parse_cluster(struct parser *p, const char *name, json_t *obj, const 
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->discovering, NULL);
 	if (!json_is_object(obj))
-		return fail(p, where, "a cluster must be an object with \"services\" or a \"kind\"");
+		return pfs_conf_fail(p, where, "a cluster must be an object with \"services\" or a \"kind\"");
 	snprintf(field, sizeof field, "%s.", where);
-	if (get_string(p, obj, "kind", field, &kind))
+	if (pfs_conf_string(p, obj, "kind", field, &kind))
 		return -1;
 	if (!(c->src = pfs_source_find(kind))) {
 		snprintf(field, sizeof field, "%s.kind", where);
-		return fail(p, field, "unknown source kind \"%s\" (supported: pprof, nats, pyroscope, "
+		return pfs_conf_fail(p, field, "unknown source kind \"%s\" (supported: pprof, nats, pyroscope, "
 			    "parca, coroot)", kind);
 	}
 	snprintf(field, sizeof field, "%s.", where);
-	if (check_keys(p, obj, field, kind_keys(kind)))
+	if (pfs_conf_keys(p, obj, field, kind_keys(kind)))
 		return -1;
 	if (parse_settings(p, obj, field, &s))
 		goto out;
@@ -666,9 +671,19 @@ static int parse_cluster(struct parser *p, const char *name, json_t *obj, const 
 		goto out;
 	}
 	services = json_object_get(obj, "services");
+	if (json_object_get(obj, "discover")) {
+		snprintf(field, sizeof field, "%s.services", where);
+		if (services) {
+			pfs_conf_fail(p, field, "give either \"services\" or \"discover\", not both");
+			goto out;
+		}
+		snprintf(field, sizeof field, "%s.discover", where);
+		rc = pfs_discovery_parse(p, json_object_get(obj, "discover"), field, &s, c);
+		goto out;
+	}
 	snprintf(field, sizeof field, "%s.services", where);
 	if (!json_is_object(services) || json_object_size(services) == 0) {
-		fail(p, field, "must be a non-empty object of service names");
+		pfs_conf_fail(p, field, "must be a non-empty object of service names (or give \"discover\")");
 		goto out;
 	}
 	c->cap_services = json_object_size(services);
@@ -678,7 +693,7 @@ static int parse_cluster(struct parser *p, const char *name, json_t *obj, const 
 		char sub[512];
 		c->services[c->n_services++] = svc;
 		snprintf(sub, sizeof sub, "%s.services.", where);
-		key_path(field, sizeof field, sub, sname);
+		pfs_conf_key_path(field, sizeof field, sub, sname);
 		svc->cluster = c;
 		if (check_name(p, field, "service name", sname) ||
 		    parse_service(p, sname, sv, field, &s, svc))
@@ -691,7 +706,7 @@ out:
 }
 
 /* "merged": ["24h", "7d"]: names of merged/<range>/ directories. */
-static int parse_ranges(struct parser *p, json_t *v, struct pfs_config *cfg)
+static int parse_ranges(struct pfs_parser *p, json_t *v, struct pfs_config *cfg)
 {
 	char field[64];
 	json_t *rv;
@@ -704,7 +719,7 @@ static int parse_ranges(struct parser *p, json_t *v, struct pfs_config *cfg)
 		return 0;
 	}
 	if (!json_is_array(v) || json_array_size(v) > PFS_MAX_RANGES)
-		return fail(p, "merged", "must be an array of at most %d durations like \"24h\"",
+		return pfs_conf_fail(p, "merged", "must be an array of at most %d durations like \"24h\"",
 			    PFS_MAX_RANGES);
 	json_array_foreach(v, i, rv) {
 		struct pfs_range *r = &cfg->merged[cfg->n_merged++];
@@ -712,17 +727,17 @@ static int parse_ranges(struct parser *p, json_t *v, struct pfs_config *cfg)
 		snprintf(field, sizeof field, "merged[%zu]", i);
 		r->seconds = pfs_parse_duration(s);
 		if (r->seconds < 1 || r->seconds > 10 * YEAR || !pfs_name_is_safe(s) || strlen(s) >= sizeof r->name)
-			return fail(p, field, "must be a duration string like \"24h\" or \"7d\"");
+			return pfs_conf_fail(p, field, "must be a duration string like \"24h\" or \"7d\"");
 		snprintf(r->name, sizeof r->name, "%s", s);
 		for (size_t j = 0; j + 1 < cfg->n_merged; j++)
 			if (strcmp(cfg->merged[j].name, s) == 0)
-				return fail(p, field, "\"%s\" is listed twice", s);
+				return pfs_conf_fail(p, field, "\"%s\" is listed twice", s);
 	}
 	return 0;
 }
 
 /* An integer in [min, max]: sizes in bytes, counts. */
-static int get_size(struct parser *p, json_t *obj, const char *key, json_int_t min, json_int_t max,
+static int get_size(struct pfs_parser *p, json_t *obj, const char *key, json_int_t min, json_int_t max,
 		    size_t *out)
 {
 	json_t *v = json_object_get(obj, key);
@@ -730,35 +745,35 @@ static int get_size(struct parser *p, json_t *obj, const char *key, json_int_t m
 	if (!v)
 		return 0;
 	if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
-		return fail(p, key, "must be an integer from %lld to %lld", (long long)min,
+		return pfs_conf_fail(p, key, "must be an integer from %lld to %lld", (long long)min,
 			    (long long)max);
 	*out = (size_t)json_integer_value(v);
 	return 0;
 }
 
-static int parse_top(struct parser *p, json_t *root, struct pfs_config *cfg)
+static int parse_top(struct pfs_parser *p, json_t *root, struct pfs_config *cfg)
 {
 	static const char *const keys[] = {"cache_dir", "retention", "latest_ttl", "retry_after",
 					   "max_profile_bytes", "max_profile_raw_bytes", "max_memory",
 					   "decode_threads", "max_connections", "max_host_connections",
 					   "merged", "clusters", SETTING_KEYS, NULL};
-	struct settings s = {.timeout = 10, .cpu_seconds = 10, .profiles = ALL_PROFILES};
+	struct pfs_settings s = {.timeout = 10, .cpu_seconds = 10, .profiles = ALL_PROFILES};
 	const char *cache_dir = NULL, *cname;
 	json_t *clusters, *cv, *mb;
 	char field[512];
 	int rc = -1;
 
 	if (!json_is_object(root))
-		return fail(p, "(top level)", "must be a JSON object");
-	if (check_keys(p, root, "", keys) || get_string(p, root, "cache_dir", "", &cache_dir) ||
-	    get_duration(p, root, "retention", "", 1, 10 * YEAR, &cfg->retention) ||
-	    get_duration(p, root, "latest_ttl", "", 1, YEAR, &cfg->latest_ttl) ||
-	    get_duration(p, root, "retry_after", "", 0, DAY, &cfg->retry_after))
+		return pfs_conf_fail(p, "(top level)", "must be a JSON object");
+	if (pfs_conf_keys(p, root, "", keys) || pfs_conf_string(p, root, "cache_dir", "", &cache_dir) ||
+	    pfs_conf_duration(p, root, "retention", "", 1, 10 * YEAR, &cfg->retention) ||
+	    pfs_conf_duration(p, root, "latest_ttl", "", 1, YEAR, &cfg->latest_ttl) ||
+	    pfs_conf_duration(p, root, "retry_after", "", 0, DAY, &cfg->retry_after))
 		return -1;
 	if ((mb = json_object_get(root, "max_profile_bytes"))) {
 		if (!json_is_integer(mb) || json_integer_value(mb) < 1024 ||
 		    json_integer_value(mb) > (json_int_t)1 << 31)
-			return fail(p, "max_profile_bytes", "must be an integer from 1024 to %lld",
+			return pfs_conf_fail(p, "max_profile_bytes", "must be an integer from 1024 to %lld",
 				    (long long)1 << 31);
 		cfg->max_bytes = (size_t)json_integer_value(mb);
 	}
@@ -794,13 +809,13 @@ static int parse_top(struct parser *p, json_t *root, struct pfs_config *cfg)
 	}
 	clusters = json_object_get(root, "clusters");
 	if (!json_is_object(clusters) || json_object_size(clusters) == 0) {
-		fail(p, "clusters", "must be a non-empty object of cluster names");
+		pfs_conf_fail(p, "clusters", "must be a non-empty object of cluster names");
 		goto out;
 	}
 	cfg->clusters = calloc(json_object_size(clusters), sizeof *cfg->clusters);
 	json_object_foreach(clusters, cname, cv) {
 		struct pfs_cluster *c = &cfg->clusters[cfg->n_clusters++];
-		key_path(field, sizeof field, "clusters.", cname);
+		pfs_conf_key_path(field, sizeof field, "clusters.", cname);
 		if (check_name(p, field, "cluster name", cname) ||
 		    parse_cluster(p, cname, cv, field, &s, c))
 			goto out;
@@ -858,7 +873,7 @@ int pfs_config_load(const char *path, struct pfs_config *cfg, char *err, size_t 
 int pfs_config_load_with(const char *path, char *const *options, size_t n_options,
 			 struct pfs_config *cfg, char *err, size_t errlen)
 {
-	struct parser p = {.path = path, .err = err, .errlen = errlen};
+	struct pfs_parser p = {.path = path, .err = err, .errlen = errlen};
 	json_error_t jerr;
 	struct stat st;
 	json_t *root;
@@ -899,7 +914,7 @@ int pfs_config_load_with(const char *path, char *const *options, size_t n_option
 	return rc;
 }
 
-static void free_target(struct pfs_target *t)
+void pfs_target_free(struct pfs_target *t)
 {
 	free(t->name);
 	free(t->url);
@@ -918,7 +933,7 @@ static void free_target(struct pfs_target *t)
 static void free_service(struct pfs_service *s)
 {
 	for (size_t k = 0; k < s->n_targets; k++)
-		free_target(&s->targets[k]);
+		pfs_target_free(&s->targets[k]);
 	free(s->targets);
 	for (size_t k = 0; k < s->n_files; k++)
 		free(s->files[k].type_id);
@@ -936,11 +951,12 @@ void pfs_config_free(struct pfs_config *cfg)
 			free_service(c->services[j]);
 		free(c->services);
 		free(c->by_name);
+		pfs_discovery_free(c);
 		for (size_t k = 0; k < c->n_types; k++)
 			free(c->types[k].type_id);
 		free(c->types);
 		if (c->api.target.url)
-			free_target(&c->api.target);
+			pfs_target_free(&c->api.target);
 		free(c->api.label);
 		free(c->api.project);
 		free(c->api.email);

@@ -12,6 +12,8 @@
  * requests. */
 #include "fs.h"
 
+#include "discovery.h"
+
 #include "cache.h"
 #include "log.h"
 #include "merged.h"
@@ -1283,6 +1285,17 @@ static void run_invals(struct inval *iv)
 	}
 }
 
+/* Discovery added a service: the cluster's listing the kernel holds is
+ * stale. */
+static void on_discovered(struct pfs_cluster *c, const char *service)
+{
+	char dir[512];
+
+	(void)service; /* a name never looked up: nothing cached of it */
+	snprintf(dir, sizeof dir, "/%s", c->name);
+	listing_changed(dir);
+}
+
 static void on_change(struct pfs_service *s)
 {
 	merged_changed(s);
@@ -1595,6 +1608,7 @@ int pfs_fs_setup(struct pfs_config *cfg)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&g_park_cond, &ca);
 	pfs_snap_set_hooks(on_change, interrupted, on_removed);
+	pfs_discovery_set_hook(on_discovered);
 	if (pthread_create(&g_inval_thread, NULL, inval_main, NULL))
 		return -1;
 	return pthread_create(&g_retry_thread, NULL, retry_main, NULL) ? -1 : 0;

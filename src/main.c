@@ -1,5 +1,6 @@
 /* profilefs: command line, mount, and the FUSE loop. */
 #include "config.h"
+#include "discovery.h"
 #include "fetch.h"
 #include "fs.h"
 #include "log.h"
@@ -171,7 +172,9 @@ static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_ar
 	pfs_mem_init(cfg->max_memory);
 	if (fuse_set_signal_handlers(se) || pfs_work_start((int)cfg->decode_threads) ||
 	    pfs_cache_committer_start() ||
-	    pfs_fetcher_start(cfg->max_connections, cfg->max_host_connections) || pfs_fs_setup(cfg) || pfs_snap_sweeper_start()) {
+	    pfs_fetcher_start(cfg->max_connections, cfg->max_host_connections) || pfs_fs_setup(cfg) || pfs_snap_sweeper_start() ||
+	    /* after the fork; a fresh mount shows what discovery found */
+	    pfs_discovery_start(cfg, 5)) {
 		pfs_err("cannot start (signal handlers or threads)");
 		goto out_unmount; /* threads started are ended with the process */
 	}
@@ -196,6 +199,7 @@ static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_ar
 	fuse_remove_signal_handlers(se);
 	pfs_fs_set_session(NULL);
 	fuse_session_unmount(se);
+	pfs_discovery_stop(cfg);
 	pfs_snap_sweeper_stop();
 	pfs_snap_stop_starts();
 	pfs_fetcher_stop(); /* fails what is in flight: their jobs go to the pool */

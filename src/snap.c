@@ -5,6 +5,7 @@
 #include "cpugate.h"
 #include "log.h"
 #include "merged.h"
+#include "names.h"
 #include "pprof.h"
 #include "source.h"
 
@@ -29,6 +30,7 @@ struct round {
 	struct slot *slots;
 	time_t settled_at; /* when its last fetch finished, 0 if none did */
 	int pins;          /* readers waiting on it: prune leaves it */
+	bool from_disk;    /* an earlier mount's: files of targets found later may be there */
 	struct round *next; /* ascending time */
 };
 
@@ -37,6 +39,11 @@ struct pfs_svc_state {
 	struct round *current; /* scrape kinds: the round "latest" shows, if fresh */
 	struct pfs_target_stats *stats;
 	size_t n_stats;
+	/* discovered services (pfs_snap_set_targets) */
+	bool *active;          /* per target: discovery lists it now */
+	size_t cap_targets;    /* of targets, active, stats (files: times per_target) */
+	void **retired;        /* arrays outgrown: a job in flight may point into them */
+	size_t n_retired;
 };
 
 struct job_priv {
@@ -67,12 +74,21 @@ static bool windowed(const struct pfs_service *s) { return s->cluster->src->wind
 
 /* ---- names and windows ---- */
 
-int pfs_snap_file_index(const struct pfs_service *s, const char *file)
+static int file_index(const struct pfs_service *s, const char *file)
 {
 	for (size_t i = 0; i < s->n_files; i++)
 		if (strcmp(s->files[i].name, file) == 0)
 			return (int)i;
 	return -1;
+}
+
+int pfs_snap_file_index(const struct pfs_service *s, const char *file)
+{
+	/* a discovered service's files change under g_lock */
+	pthread_mutex_lock(&g_lock);
+	int i = file_index(s, file);
+	pthread_mutex_unlock(&g_lock);
+	return i;
 }
 
 static void format_round(time_t t, char out[PFS_ROUND_NAME_MAX])
@@ -122,6 +138,15 @@ static bool valid_window(const struct pfs_service *s, time_t t, time_t now)
 
 /* ---- rounds (g_lock held) ---- */
 
+/* A discovered service's file that new rounds fetch: its target is listed
+ * and serves that profile. */
+static bool serves(const struct pfs_service *s, const struct pfs_file *f)
+{
+	unsigned p = s->targets[f->target].profiles;
+
+	return s->state->active[f->target] && (!p || (p & (1u << f->profile)));
+}
+
 static struct round *find_round(struct pfs_service *s, const char *name)
 {
 	for (struct round *r = s->state->rounds; r; r = r->next)
@@ -143,12 +168,17 @@ static struct round *get_round(struct pfs_service *s, time_t t)
 	r = calloc(1, sizeof *r);
 	r->t = t;
 	memcpy(r->name, name, sizeof name);
-	r->slots = calloc(s->n_files ? s->n_files : 1, sizeof *r->slots);
+	/* a discovered service's rounds have room for every target it has
+	 * room for: reserve() grows them all */
+	r->slots = calloc(s->discovered ? s->state->cap_targets * (size_t)__builtin_popcount(s->profiles) + 1
+					: s->n_files ? s->n_files : 1, sizeof *r->slots);
 	/* Files frozen by an earlier mount are served as they are. */
 	for (size_t i = 0; i < s->n_files; i++)
 		if (pfs_cache_stat(s->cluster->name, s->name, name, s->files[i].key,
 				   &r->slots[i].size) == 0 && r->slots[i].size > 0)
 			r->slots[i].st = SLOT_READY;
+		else if (s->discovered && !serves(s, &s->files[i]))
+			r->slots[i].st = SLOT_ABSENT; /* gone from discovery: not fetched */
 	r->next = *pp;
 	*pp = r;
 	return r;
@@ -261,7 +291,14 @@ static void on_cached_round(const char *cluster, const char *service, const char
 
 	(void)cluster, (void)service;
 	if (parse_round(round, &t) == 0)
-		get_round(s, t); /* reads which of its files are there */
+		get_round(s, t)->from_disk = true; /* reads which of its files are there */
+}
+
+static void learn_file(const char *file, void *arg);
+static void learn_round(const char *cluster, const char *service, const char *round, void *arg)
+{
+	struct pfs_service *s = arg;
+	pfs_cache_files(cluster, service, round, learn_file, s);
 }
 
 void pfs_snap_service_init(struct pfs_service *s)
@@ -270,9 +307,13 @@ void pfs_snap_service_init(struct pfs_service *s)
 	time_t now = time(NULL);
 
 	s->state = calloc(1, sizeof *s->state);
-	s->state->n_stats = s->n_targets ? s->n_targets : 1;
-	s->state->stats = calloc(s->state->n_stats, sizeof *s->state->stats);
+	s->state->n_stats = s->n_targets || s->discovered ? s->n_targets : 1;
+	s->state->stats = calloc(s->state->n_stats ? s->state->n_stats : 1, sizeof *s->state->stats);
 	pthread_mutex_lock(&g_lock);
+	/* A discovered service's snapshots on disk name their targets: they
+	 * come back inactive, so those snapshots show as they were. */
+	if (s->discovered)
+		pfs_cache_rounds(s->cluster->name, s->name, learn_round, s);
 	/* Rounds frozen by an earlier mount are served as they are (a
 	 * discovered service finds its own when it is discovered). */
 	pfs_cache_rounds(s->cluster->name, s->name, on_cached_round, s);
@@ -295,6 +336,10 @@ void pfs_snap_service_free(struct pfs_service *s)
 		free_round(r);
 	}
 	free(s->state->stats);
+	free(s->state->active);
+	for (size_t i = 0; i < s->state->n_retired; i++)
+		free(s->state->retired[i]);
+	free(s->state->retired);
 	free(s->state);
 	s->state = NULL;
 }
@@ -892,13 +937,20 @@ bool pfs_snap_latest_settled(struct pfs_service *s)
 
 size_t pfs_snap_stats_count(const struct pfs_service *s)
 {
-	return s->state->n_stats;
+	pthread_mutex_lock(&g_lock);
+	size_t n = s->state->n_stats;
+	pthread_mutex_unlock(&g_lock);
+	return n;
 }
 
 void pfs_snap_target_stats(struct pfs_service *s, size_t i, struct pfs_target_stats *out)
 {
 	pthread_mutex_lock(&g_lock);
 	*out = s->state->stats[i];
+	const struct pfs_target *t = s->n_targets ? &s->targets[i] : &s->cluster->api.target;
+	snprintf(out->target, sizeof out->target, "%s", t->name ? t->name : "");
+	snprintf(out->url, sizeof out->url, "%s", t->log_url ? t->log_url : "");
+	out->active = !s->discovered || s->state->active[i];
 	pthread_mutex_unlock(&g_lock);
 }
 
@@ -1054,4 +1106,261 @@ int pfs_snap_latest_all(struct pfs_service *s, int flags, pfs_snap_file_fn fn, v
 			fn(s->files[i].name, arg);
 	pthread_mutex_unlock(&g_lock);
 	return rc;
+}
+
+/* ---- discovered targets (g_lock held) ---- */
+
+static size_t per_target(const struct pfs_service *s)
+{
+	return (size_t)__builtin_popcount(s->profiles);
+}
+
+/* Target t's files: one per served profile, named after it. */
+static void name_files(struct pfs_service *s, size_t t)
+{
+	struct pfs_file *f = &s->files[t * per_target(s)];
+
+	for (int k = 0; k < PFS_NPROFILES; k++) {
+		if (!(s->profiles & (1u << k)))
+			continue;
+		memset(f, 0, sizeof *f);
+		f->profile = k;
+		f->target = t;
+		snprintf(f->merge_key, sizeof f->merge_key, "%s", pfs_profile_names[k]);
+		/* always with the instance: names do not change when a
+		 * service goes from one replica to two */
+		snprintf(f->name, sizeof f->name, "%s.%s.pb.gz", pfs_profile_names[k],
+			 s->targets[t].name);
+		memcpy(f->key, f->name, sizeof f->key);
+		f++;
+	}
+}
+
+/* Room for `need` targets. Jobs in flight point into targets and files
+ * (j->file, the fetch's target) without g_lock: outgrown arrays are kept
+ * until the service is freed (at most as much again: they double). */
+static void reserve(struct pfs_service *s, size_t need)
+{
+	struct pfs_svc_state *st = s->state;
+	size_t per = per_target(s), cap = st->cap_targets;
+
+	if (need <= cap)
+		return;
+	cap = cap ? cap * 2 : 4;
+	cap = cap < need ? need : cap;
+	struct pfs_target *targets = calloc(cap, sizeof *targets);
+	struct pfs_file *files = calloc(cap * per + 1, sizeof *files);
+	if (s->n_targets)
+		memcpy(targets, s->targets, s->n_targets * sizeof *targets);
+	if (s->n_files)
+		memcpy(files, s->files, s->n_files * sizeof *files);
+	st->retired = realloc(st->retired, (st->n_retired + 2) * sizeof *st->retired);
+	st->retired[st->n_retired++] = s->targets;
+	st->retired[st->n_retired++] = s->files;
+	/* readers without g_lock (status, merged keys) read the count first */
+	__atomic_store_n(&s->targets, targets, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->files, files, __ATOMIC_RELEASE);
+	st->active = realloc(st->active, cap * sizeof *st->active);
+	st->stats = realloc(st->stats, cap * sizeof *st->stats);
+	memset(st->stats + st->n_stats, 0, (cap - st->n_stats) * sizeof *st->stats);
+	for (struct round *r = st->rounds; r; r = r->next) {
+		r->slots = realloc(r->slots, (cap * per + 1) * sizeof *r->slots);
+		memset(r->slots + s->n_files, 0, (cap * per - s->n_files) * sizeof *r->slots);
+	}
+	st->cap_targets = cap;
+}
+
+/* Target t's slots in every round: not there, except in an earlier
+ * mount's rounds that stored it (only when it is new to this mount). */
+static void reset_slots(struct pfs_service *s, size_t t, bool look_on_disk)
+{
+	size_t per = per_target(s);
+
+	for (struct round *r = s->state->rounds; r; r = r->next)
+		for (size_t i = t * per; i < (t + 1) * per; i++) {
+			struct slot *sl = &r->slots[i];
+			memset(sl, 0, sizeof *sl);
+			sl->st = SLOT_ABSENT;
+			if (look_on_disk && r->from_disk &&
+			    pfs_cache_stat(s->cluster->name, s->name, r->name, s->files[i].key,
+					   &sl->size) == 0 && sl->size > 0)
+				sl->st = SLOT_READY;
+		}
+}
+
+/* Append target t (taken over) with its files. */
+static size_t append_target(struct pfs_service *s, struct pfs_target *t, bool active)
+{
+	size_t i = s->n_targets;
+
+	reserve(s, i + 1);
+	s->targets[i] = *t;
+	s->state->active[i] = active;
+	memset(&s->state->stats[i], 0, sizeof s->state->stats[i]);
+	s->state->n_stats = i + 1;
+	name_files(s, i);
+	__atomic_store_n(&s->n_targets, i + 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->n_files, (i + 1) * per_target(s), __ATOMIC_RELEASE);
+	reset_slots(s, i, true);
+	return i;
+}
+
+/* A stored file "<profile>.<instance>.pb.gz" of a discovered service: its
+ * instance comes back as an inactive target (at init, no round yet). */
+static void learn_file(const char *file, void *arg)
+{
+	struct pfs_service *s = arg;
+	size_t n = strlen(file);
+
+	if (n < 7 || strcmp(file + n - 6, ".pb.gz"))
+		return;
+	for (int k = 0; k < PFS_NPROFILES; k++) {
+		size_t p = strlen(pfs_profile_names[k]);
+		if (!(s->profiles & (1u << k)) || n <= p + 7 ||
+		    strncmp(file, pfs_profile_names[k], p) || file[p] != '.')
+			continue;
+		char inst[256];
+		snprintf(inst, sizeof inst, "%.*s", (int)(n - p - 7), file + p + 1);
+		for (size_t i = 0; i < s->n_targets; i++)
+			if (strcmp(s->targets[i].name, inst) == 0)
+				return;
+		struct pfs_target t = {.name = strdup(inst), .url = strdup(""),
+				       .log_url = strdup("(not discovered now)"),
+				       .headers = calloc(1, sizeof(char *))};
+		append_target(s, &t, false);
+		return;
+	}
+}
+
+/* Targets nothing refers to any more: not listed, nothing in flight, no
+ * round holds (or fetches) a file of theirs. */
+static void find_unused(struct pfs_service *s, bool *unused)
+{
+	size_t per = per_target(s);
+
+	for (size_t t = 0; t < s->n_targets; t++)
+		unused[t] = !s->state->active[t] && !s->state->stats[t].in_flight;
+	for (struct round *r = s->state->rounds; r; r = r->next)
+		for (size_t i = 0; i < s->n_files; i++)
+			if (r->slots[i].st == SLOT_READY || r->slots[i].st == SLOT_FETCHING)
+				unused[i / per] = false;
+}
+
+static bool same_str(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+static bool same_endpoint(const struct pfs_target *a, const struct pfs_target *b)
+{
+	if (!same_str(a->url, b->url) || !same_str(a->username, b->username) ||
+	    !same_str(a->password, b->password) || a->n_headers != b->n_headers ||
+	    a->timeout != b->timeout || a->profiles != b->profiles)
+		return false;
+	for (size_t i = 0; i < a->n_headers; i++)
+		if (strcmp(a->headers[i], b->headers[i]))
+			return false;
+	return true;
+}
+
+static void free_target_fields(struct pfs_target *t)
+{
+	free(t->name);
+	free(t->url);
+	free(t->log_url);
+	for (size_t i = 0; i < t->n_headers; i++) {
+		explicit_bzero(t->headers[i], strlen(t->headers[i]));
+		free(t->headers[i]);
+	}
+	free(t->headers);
+	free(t->username);
+	if (t->password)
+		explicit_bzero(t->password, strlen(t->password));
+	free(t->password);
+	memset(t, 0, sizeof *t);
+}
+
+void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n, size_t *added,
+			  size_t *gone)
+{
+	struct pfs_svc_state *st = s->state;
+	size_t known = s->n_targets, nb = 16;
+	bool *was = calloc(known ? known : 1, sizeof *was), *unused = NULL;
+	size_t *index, *fresh = calloc(n ? n : 1, sizeof *fresh), n_fresh = 0, reuse = 0;
+
+	*added = *gone = 0;
+	while (nb < 2 * known)
+		nb *= 2;
+	index = malloc(nb * sizeof *index); /* open hash of known names: index + 1 */
+	memset(index, 0, nb * sizeof *index);
+	pthread_mutex_lock(&g_lock);
+	for (size_t i = 0; i < known; i++) {
+		size_t b = (size_t)pfs_fnv1a(PFS_FNV_INIT, s->targets[i].name) & (nb - 1);
+		while (index[b])
+			b = (b + 1) & (nb - 1);
+		index[b] = i + 1;
+		was[i] = st->active[i];
+		st->active[i] = false;
+	}
+	for (size_t k = 0; k < n; k++) {
+		size_t b = (size_t)pfs_fnv1a(PFS_FNV_INIT, ts[k].name) & (nb - 1), i = 0;
+		while (index[b] && strcmp(s->targets[index[b] - 1].name, ts[k].name))
+			b = (b + 1) & (nb - 1);
+		if (!index[b]) {
+			fresh[n_fresh++] = k;
+			continue;
+		}
+		i = index[b] - 1;
+		st->active[i] = true;
+		*added += !was[i];
+		/* a fetch in flight reads its target: it changes once none is */
+		if (!same_endpoint(&s->targets[i], &ts[k]) && !st->stats[i].in_flight) {
+			char *name = s->targets[i].name;
+			s->targets[i].name = NULL;
+			free_target_fields(&s->targets[i]);
+			s->targets[i] = ts[k];
+			free(s->targets[i].name);
+			s->targets[i].name = name;
+		} else {
+			free_target_fields(&ts[k]);
+		}
+	}
+	for (size_t i = 0; i < known; i++)
+		*gone += was[i] && !st->active[i];
+	if (n_fresh) {
+		unused = calloc(known ? known : 1, sizeof *unused);
+		find_unused(s, unused);
+	}
+	for (size_t f = 0; f < n_fresh; f++) {
+		struct pfs_target *t = &ts[fresh[f]];
+		while (reuse < known && !unused[reuse])
+			reuse++;
+		(*added)++;
+		if (reuse == known) {
+			append_target(s, t, true);
+			continue;
+		}
+		/* its files were in no round: new names in place (readers of
+		 * names hold g_lock) */
+		size_t i = reuse++;
+		free_target_fields(&s->targets[i]);
+		s->targets[i] = *t;
+		st->active[i] = true;
+		memset(&st->stats[i], 0, sizeof st->stats[i]);
+		name_files(s, i);
+		reset_slots(s, i, false);
+	}
+	pthread_mutex_unlock(&g_lock);
+	free(unused);
+	free(index);
+	free(fresh);
+	free(was);
+}
+
+size_t pfs_snap_n_targets(struct pfs_service *s)
+{
+	pthread_mutex_lock(&g_lock);
+	size_t n = s->n_targets;
+	pthread_mutex_unlock(&g_lock);
+	return n;
 }

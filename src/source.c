@@ -141,9 +141,9 @@ int pfs_gz_profile_is_empty(const uint8_t *gz, size_t len)
 	return rc;
 }
 
-struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *upstream,
-					    const char *display, const struct pfs_file *files,
-					    size_t n_files)
+static struct pfs_service *add_service(struct pfs_cluster *c, const char *upstream,
+				       const char *display, const struct pfs_file *files,
+				       size_t n_files, bool discovered)
 {
 	char name[224];
 	struct pfs_service *s = NULL;
@@ -175,6 +175,7 @@ struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *u
 		s->files[i].type_id = files[i].type_id ? strdup(files[i].type_id) : NULL;
 	}
 	s->n_files = n_files;
+	s->discovered = discovered;
 	pfs_snap_service_init(s);
 	if (c->n_services == c->cap_services) {
 		c->cap_services = c->cap_services ? c->cap_services * 2 : 16;
@@ -186,6 +187,18 @@ struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *u
 out:
 	pthread_mutex_unlock(&c->lock);
 	return s;
+}
+
+struct pfs_service *pfs_cluster_add_service(struct pfs_cluster *c, const char *upstream,
+					    const char *display, const struct pfs_file *files,
+					    size_t n_files)
+{
+	return add_service(c, upstream, display, files, n_files, false);
+}
+
+struct pfs_service *pfs_cluster_add_discovered(struct pfs_cluster *c, const char *upstream)
+{
+	return add_service(c, upstream, upstream, NULL, 0, true);
 }
 
 void pfs_cluster_refresh(struct pfs_cluster *c, double max_age)

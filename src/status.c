@@ -2,6 +2,7 @@
 #include "status.h"
 
 #include "cache.h"
+#include "discovery.h"
 #include "snap.h"
 #include "source.h"
 
@@ -48,14 +49,13 @@ char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
 		for (size_t j = 0; j < n; j++) {
 			struct pfs_service *s = svcs[j];
 			for (size_t k = 0; k < pfs_snap_stats_count(s); k++) {
-				const struct pfs_target *t = s->n_targets ? &s->targets[k] : &c->api.target;
 				struct pfs_target_stats st;
 				pfs_snap_target_stats(s, k, &st);
 				in_flight += st.in_flight;
-				json_array_append_new(targets, json_pack(
+				json_t *one = json_pack(
 					"{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:s?, s:o, s:s?, s:I, s:o, s:s?}",
 					"cluster", c->name, "service", s->name,
-					"target", t->name, "url", t->log_url,
+					"target", st.target, "url", st.url,
 					"fetches", (json_int_t)st.fetches, "failures", (json_int_t)st.failures,
 					"bytes", (json_int_t)st.bytes,
 					"last_fetch", time_or_null(st.last_fetch),
@@ -65,11 +65,24 @@ char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
 					"last_error_file", st.last_error[0] ? st.last_error_file : NULL,
 					"in_flight", (json_int_t)st.in_flight,
 					"in_flight_since", time_or_null(st.in_flight_since),
-					"pgo", pgo_text(c, st.pgo)));
+					"pgo", pgo_text(c, st.pgo));
+				if (s->discovered) /* gone from discovery: its snapshots stay */
+					json_object_set_new(one, "discovered_now", json_boolean(st.active));
+				json_array_append_new(targets, one);
 			}
 		}
 		free(svcs);
 	}
+	json_t *disc = json_array();
+	for (size_t i = 0; i < cfg->n_clusters; i++) {
+		json_t *d = pfs_discovery_status(&cfg->clusters[i]);
+		if (d)
+			json_array_append_new(disc, d);
+	}
+	if (json_array_size(disc)) /* why is my pod not scraped */
+		json_object_set_new(root, "discovery", disc);
+	else
+		json_decref(disc);
 	/* a cold cpu profile keeps listings waiting: this shows what runs */
 	json_object_set_new(root, "in_flight", json_integer((json_int_t)in_flight));
 	json_object_set_new(root, "targets", targets);
