@@ -21,6 +21,9 @@ struct pfs_fetch {
 	/* If set, called with each response header line. */
 	void (*on_header)(const char *line, size_t len, void *arg);
 	void *header_arg;
+	/* If set, asked every second or so: true gives up (unmounting). */
+	bool (*cancel)(void *arg);
+	void *cancel_arg;
 	/* Called once on the fetcher thread when the fetch has finished, with
 	 * the result below filled in. It owns f from then on. */
 	void (*done)(struct pfs_fetch *f);

@@ -68,6 +68,14 @@ struct curl_slist *pfs_fetch_headers(const struct pfs_target *t, const char *con
 	return h;
 }
 
+static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+{
+	struct pfs_fetch *f = arg;
+
+	(void)a, (void)b, (void)c, (void)d;
+	return f->cancel(f->cancel_arg) ? 1 : 0;
+}
+
 static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
 {
 	struct pfs_fetch *f = arg;
@@ -100,6 +108,11 @@ static CURL *make_easy(struct pfs_fetch *f)
 	/* a small receive buffer: a thousand transfers at once, each body is
 	 * gathered in its own buffer anyway */
 	curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 4096L);
+	if (f->cancel) {
+		curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+		curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
+		curl_easy_setopt(e, CURLOPT_XFERINFODATA, f);
+	}
 	if (f->on_header) {
 		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
 		curl_easy_setopt(e, CURLOPT_HEADERDATA, f);

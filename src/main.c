@@ -283,11 +283,17 @@ static int check(struct cli *cli)
 		pfs_config_free(&cfg);
 		return EXIT_USAGE;
 	}
-	size_t services = 0;
-	for (size_t i = 0; i < cfg.n_clusters; i++)
+	size_t services = 0, discovering = 0;
+	char disc[64] = "";
+	for (size_t i = 0; i < cfg.n_clusters; i++) {
 		services += cfg.clusters[i].n_services;
-	printf("%s: OK (%zu cluster%s, %zu service%s listed, cache %s)\n", path, cfg.n_clusters,
-	       cfg.n_clusters == 1 ? "" : "s", services, services == 1 ? "" : "s", cfg.cache_dir);
+		discovering += cfg.clusters[i].discovery != NULL;
+	}
+	if (discovering) /* its mechanisms are not asked: that is the mount's job */
+		snprintf(disc, sizeof disc, ", %zu discovered", discovering);
+	printf("%s: OK (%zu cluster%s, %zu service%s listed%s, cache %s)\n", path, cfg.n_clusters,
+	       cfg.n_clusters == 1 ? "" : "s", services, services == 1 ? "" : "s", disc,
+	       cfg.cache_dir);
 	pfs_config_free(&cfg);
 	return 0;
 }

@@ -589,9 +589,12 @@ void pfs_sd_fail(struct pfs_sd *sd, const char *fmt, ...)
 	vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
 	pthread_mutex_lock(&d->lock);
+	size_t kept = 0;
+	for (size_t i = 0; i < sd->set.n; i++)
+		kept += !pfs_labels_get(&sd->set.t[i], "__drop__");
 	if (strcmp(why, sd->last_error))
 		pfs_err("discovery %s: %s failed: %s (keeping its last %zu targets)", d->c->name,
-			sd->source, why, sd->set.n);
+			sd->source, why, kept);
 	snprintf(sd->last_error, sizeof sd->last_error, "%s", why);
 	sd->last_error_at = time(NULL);
 	sd->answered = true;
@@ -638,7 +641,12 @@ void pfs_sd_poll(struct pfs_sd *sd, void *priv, double every, pfs_sd_refresh_fn 
 	do {
 		struct pfs_sd_set set = {0};
 		err[0] = '\0';
-		if (refresh(sd, priv, &set, err, sizeof err) == 0)
+		int rc = refresh(sd, priv, &set, err, sizeof err);
+		if (pfs_sd_stopping(sd)) { /* cut short: no answer */
+			pfs_sd_set_free(&set);
+			return;
+		}
+		if (rc == 0)
 			pfs_sd_publish(sd, &set);
 		else
 			pfs_sd_fail(sd, "%s", err);

@@ -4,7 +4,8 @@
  * keeps the last good one. Each target gets __meta_url. */
 #include "sd.h"
 
-#include "source.h"
+#include "fetch.h"
+#include "mem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,11 @@ static int parse(struct pfs_parser *p, json_t *obj, const char *where,
 	return rc;
 }
 
+static bool stopping(void *sd)
+{
+	return pfs_sd_stopping(sd);
+}
+
 static int refresh(struct pfs_sd *sd, void *priv, struct pfs_sd_set *out, char *err,
 		   size_t errlen)
 {
@@ -53,10 +59,19 @@ static int refresh(struct pfs_sd *sd, void *priv, struct pfs_sd_set *out, char *
 	char why[400];
 	int rc;
 
-	if (pfs_http_sync(&h->t, h->t.url, NULL, NULL, 0, &body, &len, why, sizeof why)) {
-		snprintf(err, errlen, "%s", why);
+	struct pfs_fetch f = {
+		.url = h->t.url, .target = &h->t, .timeout_ms = (long)(h->t.timeout * 1000),
+		.max_bytes = 64u << 20, .cancel = stopping, .cancel_arg = sd,
+	};
+	if (pfs_fetch_run(&f)) {
+		snprintf(err, errlen, "%s", f.error);
+		pfs_fetch_release(&f);
 		return -1;
 	}
+	/* outside the memory budget: a discovery answer is no profile */
+	pfs_mem_give(f.cap);
+	body = f.body;
+	len = f.len;
 	rc = pfs_sd_parse_groups((const char *)body, len, "__meta_url", h->t.log_url,
 				 pfs_sd_max_targets(sd), out, why, sizeof why);
 	if (rc)

@@ -21,6 +21,7 @@
 
 #include "fetch.h"
 #include "log.h"
+#include "names.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -43,9 +44,9 @@ struct kube {
 	size_t n_ns;
 	char *selector;     /* labelSelector, or NULL */
 	double timeout;
-	/* the pods it knows: key "ns/name" -> their label sets */
-	struct pod *pods;
-	size_t n_pods, cap_pods;
+	/* the pods it knows: key "ns/name" -> their label sets (hashed) */
+	struct pod **buckets;
+	size_t n_buckets, n_pods;
 	char rv[128];       /* resourceVersion to watch from */
 	bool dirty;         /* pods changed since the last publish */
 	struct timespec changed_at;
@@ -55,6 +56,7 @@ struct kube {
 struct pod {
 	char *key;
 	struct pfs_sd_set set;
+	struct pod *next; /* in its bucket */
 };
 
 /* ---- config ---- */
@@ -350,27 +352,69 @@ static void pod_targets(const struct kube *k, json_t *pod, struct pfs_sd_set *se
 	}
 }
 
-/* ---- the pods known ---- */
-
-static struct pod *find_pod(struct kube *k, const char *key)
+void pfs_kube_pod_labels(const char *json, size_t len, size_t n_namespaces, struct pfs_sd_set *out)
 {
-	for (size_t i = 0; i < k->n_pods; i++)
-		if (strcmp(k->pods[i].key, key) == 0)
-			return &k->pods[i];
-	return NULL;
+	struct kube k = {.n_ns = n_namespaces};
+	json_error_t je;
+	json_t *pod = json_loadb(json, len, 0, &je);
+
+	if (json_is_object(pod))
+		pod_targets(&k, pod, out);
+	json_decref(pod);
 }
 
-static void forget_pod(struct kube *k, struct pod *p)
+/* ---- the pods known ---- */
+
+static size_t bucket_of(const struct kube *k, const char *key)
+{
+	return (size_t)pfs_fnv1a(PFS_FNV_INIT, key) & (k->n_buckets - 1);
+}
+
+static struct pod **find_pod(struct kube *k, const char *key)
+{
+	struct pod **pp = &k->buckets[bucket_of(k, key)];
+
+	while (*pp && strcmp((*pp)->key, key))
+		pp = &(*pp)->next;
+	return pp;
+}
+
+static void free_pod(struct pod *p)
 {
 	free(p->key);
 	pfs_sd_set_free(&p->set);
-	*p = k->pods[--k->n_pods];
+	free(p);
 }
 
 static void forget_all(struct kube *k)
 {
-	while (k->n_pods)
-		forget_pod(k, &k->pods[0]);
+	for (size_t b = 0; b < k->n_buckets; b++)
+		while (k->buckets[b]) {
+			struct pod *p = k->buckets[b];
+			k->buckets[b] = p->next;
+			free_pod(p);
+		}
+	k->n_pods = 0;
+}
+
+/* Room for one more pod: the table doubles at one pod per bucket. */
+static void grow(struct kube *k)
+{
+	struct pod **old = k->buckets;
+	size_t n = k->n_buckets;
+
+	if (k->n_pods < n)
+		return;
+	k->n_buckets = n ? n * 2 : 256;
+	k->buckets = calloc(k->n_buckets, sizeof *k->buckets);
+	for (size_t b = 0; b < n; b++)
+		while (old[b]) {
+			struct pod *p = old[b], **to = &k->buckets[bucket_of(k, p->key)];
+			old[b] = p->next;
+			p->next = *to;
+			*to = p;
+		}
+	free(old);
 }
 
 static bool wanted_ns(const struct kube *k, const char *ns)
@@ -394,19 +438,19 @@ static void put_pod(struct kube *k, json_t *pod, bool gone)
 	if (!ns || !name || !wanted_ns(k, ns))
 		return;
 	snprintf(key, sizeof key, "%s/%s", ns, name);
-	p = find_pod(k, key);
+	grow(k);
+	struct pod **pp = find_pod(k, key);
 	if (gone) {
-		if (p)
-			forget_pod(k, p);
+		if ((p = *pp)) {
+			*pp = p->next;
+			free_pod(p);
+			k->n_pods--;
+		}
 	} else {
-		if (!p) {
-			if (k->n_pods == k->cap_pods) {
-				k->cap_pods = k->cap_pods ? k->cap_pods * 2 : 64;
-				k->pods = realloc(k->pods, k->cap_pods * sizeof *k->pods);
-			}
-			p = &k->pods[k->n_pods++];
-			memset(p, 0, sizeof *p);
+		if (!(p = *pp)) {
+			p = *pp = calloc(1, sizeof *p);
 			p->key = strdup(key);
+			k->n_pods++;
 		}
 		pfs_sd_set_free(&p->set);
 		pod_targets(k, pod, &p->set);
@@ -419,13 +463,10 @@ static void publish(struct pfs_sd *sd, struct kube *k)
 {
 	struct pfs_sd_set all = {0};
 
-	for (size_t i = 0; i < k->n_pods; i++)
-		for (size_t j = 0; j < k->pods[i].set.n; j++) {
-			const struct pfs_labels *from = &k->pods[i].set.t[j];
-			struct pfs_labels *to = pfs_sd_set_add(&all);
-			for (size_t m = 0; m < from->n; m++)
-				pfs_labels_set(to, from->kv[2 * m], from->kv[2 * m + 1]);
-		}
+	for (size_t b = 0; b < k->n_buckets; b++)
+		for (struct pod *p = k->buckets[b]; p; p = p->next)
+			for (size_t j = 0; j < p->set.n; j++)
+				pfs_labels_copy(&p->set.t[j], pfs_sd_set_add(&all));
 	k->dirty = false;
 	pfs_sd_publish(sd, &all);
 	pfs_sd_set_free(&all);
@@ -731,7 +772,7 @@ static void free_priv(void *priv)
 	if (!k)
 		return;
 	forget_all(k);
-	free(k->pods);
+	free(k->buckets);
 	free(k->api);
 	if (k->token)
 		explicit_bzero(k->token, strlen(k->token));

@@ -31,6 +31,14 @@ void pfs_labels_set(struct pfs_labels *l, const char *name, const char *value)
 	l->n++;
 }
 
+void pfs_labels_copy(const struct pfs_labels *from, struct pfs_labels *to)
+{
+	to->n = to->cap = from->n;
+	to->kv = malloc((2 * from->n + 1) * sizeof *to->kv);
+	for (size_t i = 0; i < 2 * from->n; i++)
+		to->kv[i] = strdup(from->kv[i]);
+}
+
 void pfs_labels_free(struct pfs_labels *l)
 {
 	for (size_t i = 0; i < 2 * l->n; i++)

@@ -16,6 +16,8 @@ struct pfs_labels {
 const char *pfs_labels_get(const struct pfs_labels *l, const char *name);
 /* Set name to value (replacing), both copied. */
 void pfs_labels_set(struct pfs_labels *l, const char *name, const char *value);
+/* to (empty) = a copy of from. */
+void pfs_labels_copy(const struct pfs_labels *from, struct pfs_labels *to);
 void pfs_labels_free(struct pfs_labels *l);
 /* A Prometheus label name: [a-zA-Z_][a-zA-Z0-9_]*. */
 bool pfs_label_name_ok(const char *name);
@@ -34,6 +36,10 @@ void pfs_sd_set_free(struct pfs_sd_set *s);
  * group and field) on anything else, or over max targets. */
 int pfs_sd_parse_groups(const char *text, size_t len, const char *meta, const char *meta_value,
 			size_t max, struct pfs_sd_set *out, char *err, size_t errlen);
+
+/* The label sets one Kubernetes pod (JSON) yields, as the watch makes
+ * them (for the fuzzer); n_namespaces as configured. */
+void pfs_kube_pod_labels(const char *json, size_t len, size_t n_namespaces, struct pfs_sd_set *out);
 
 struct pfs_sd; /* one mechanism of one cluster, run by discovery.c */
 

@@ -211,8 +211,7 @@ class FakeKube:
         """Compact the history: a new watch from an older resourceVersion gets
         410 (watches running go on, as etcd's do)."""
         with self.lock:
-            self.rv += 1
-            self.oldest = self.rv
+            self.oldest = self.rv + 1
 
     def kubeconfig(self, path):
         path.write_text(json.dumps({
