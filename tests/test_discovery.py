@@ -512,6 +512,8 @@ def test_rsync_of_a_discovered_fleet_twice(goapp, mount, tmp_path):
     ({"file_sd": {"files": ["rel.json"]}}, "discover.file_sd.files: [0] must be an absolute path"),
     ({"file_sd": {"files": ["/x"]}, "keep": {"env": "(a"}},
      "discover.keep.env: not a POSIX extended regular expression"),
+    ({"file_sd": {"files": ["/x"]}, "keep": {"env": "prod|sta" + "+" * 40}},
+     "discover.keep.env: a regular expression of at most 256 bytes and 16 repetitions"),
     ({"dns_sd": {"names": ["a.test"], "type": "A"}}, 'discover.dns_sd.port: is required for type "A"'),
     ({"dns_sd": {"names": ["a.test"], "server": "dns.example:53"}},
      "discover.dns_sd.server: must be an IPv4 address"),

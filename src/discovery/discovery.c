@@ -125,6 +125,14 @@ static int parse_keep(struct pfs_parser *p, json_t *v, const char *where, struct
 			return pfs_conf_fail(p, field, "must be a label name ([a-zA-Z_][a-zA-Z0-9_]*)");
 		if (!json_is_string(rv))
 			return pfs_conf_fail(p, field, "must be a regular expression string");
+		size_t ops = 0;
+		for (const char *c = json_string_value(rv); *c; c++)
+			ops += strchr("*+?{", *c) != NULL;
+		/* glibc's regcomp copies the tree per repetition: a bound keeps
+		 * "a+++++..." from taking gigabytes */
+		if (json_string_length(rv) > 256 || ops > 16)
+			return pfs_conf_fail(p, field, "a regular expression of at most 256 bytes and "
+					     "16 repetitions (*, +, ?, {n})");
 		struct keep_rule *r = &d->keep[d->n_keep];
 		if (asprintf(&anchored, "^(%s)$", json_string_value(rv)) < 0)
 			return pfs_conf_fail(p, field, "out of memory");
