@@ -161,6 +161,9 @@ void pfs_snap_target_stats(struct pfs_service *s, size_t i, struct pfs_target_st
  * in earlier rounds stay until retention. Counts into *added and *gone. */
 void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n, size_t *added,
 			  size_t *gone);
+/* A discovered service with no target discovered now and no snapshot
+ * left: left out of its cluster's listing. */
+bool pfs_snap_service_gone(struct pfs_service *s);
 /* How many targets a discovered service holds (active or not). */
 size_t pfs_snap_n_targets(struct pfs_service *s);
 

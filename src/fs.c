@@ -721,6 +721,8 @@ static int list_dir(struct loc *l, int flags, bool quiet, struct listing *d)
 			/* Listing (or copying) a cluster snapshots all of its services
 			 * at once (one round per latest_ttl), so an rsync of the
 			 * mount waits for the slowest target, not for their sum. */
+			if (pfs_snap_service_gone(svcs[i]))
+				continue; /* discovered once, nothing left of it */
 			size_t c = quiet ? 0 : pfs_snap_latest_start(svcs[i], flags);
 			cpu += c;
 			secs = c && svcs[i]->cpu_seconds > secs ? svcs[i]->cpu_seconds : secs;

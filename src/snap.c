@@ -1146,7 +1146,7 @@ static void reserve(struct pfs_service *s, size_t need)
 
 	if (need <= cap)
 		return;
-	cap = cap ? cap * 2 : 4;
+	cap = cap ? cap * 2 : 1; /* most services have one instance */
 	cap = cap < need ? need : cap;
 	struct pfs_target *targets = calloc(cap, sizeof *targets);
 	struct pfs_file *files = calloc(cap * per + 1, sizeof *files);
@@ -1355,6 +1355,19 @@ void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n
 	free(index);
 	free(fresh);
 	free(was);
+}
+
+bool pfs_snap_service_gone(struct pfs_service *s)
+{
+	bool gone = s->discovered;
+
+	pthread_mutex_lock(&g_lock);
+	for (size_t i = 0; gone && i < s->n_targets; i++)
+		gone = !s->state->active[i];
+	for (struct round *r = s->state->rounds; gone && r; r = r->next)
+		gone = !round_has(s, r, SLOT_READY) && !round_has(s, r, SLOT_FETCHING);
+	pthread_mutex_unlock(&g_lock);
+	return gone;
 }
 
 size_t pfs_snap_n_targets(struct pfs_service *s)

@@ -128,6 +128,30 @@ def test_file_sd_churn_keeps_snapshots_and_last_good_set(goapp, mount, tmp_path)
     assert "works again" in m.log()
 
 
+def test_services_gone_are_hidden_and_bounded(goapp, mount, tmp_path):
+    a = goapp()
+    sd = tmp_path / "targets.json"
+    dead = f"127.0.0.1:{free_port()}"
+    write_groups(sd, [{"targets": [addr(a)], "labels": {"job": "api"}},
+                      {"targets": [dead], "labels": {"job": "old"}}])
+    m = mount(disc_config({"file_sd": {"files": [str(sd)]}, "max_targets": 2}))
+    assert sorted(os.listdir(m.path / "fleet")) == ["api", "old"]
+    # "old" leaves with nothing fetched: it is not listed any more
+    write_groups(sd, [{"targets": [addr(a)], "labels": {"job": "api"}}])
+    wait_for(lambda: os.listdir(m.path / "fleet") == ["api"], 10, "old hidden")
+    # services once discovered stay known until unmount: max_targets bounds them
+    write_groups(sd, [{"targets": [addr(a)], "labels": {"job": "api"}},
+                      {"targets": [addr(a)], "labels": {"job": "new"}}])
+    wait_for(lambda: disc(m)["n_dropped"] == 1, 10, "new dropped")
+    assert disc(m)["dropped"][0]["reason"].startswith(
+        "a new service new, but the cluster knows max_targets (2) services already")
+    assert os.listdir(m.path / "fleet") == ["api"]
+    write_groups(sd, [{"targets": [addr(a)], "labels": {"job": "api"}},
+                      {"targets": [addr(a)], "labels": {"job": "old"}}])
+    wait_for(lambda: sorted(os.listdir(m.path / "fleet")) == ["api", "old"], 10, "old back")
+    assert latest(m, "old") == files(inst(a))
+
+
 def test_discovered_snapshots_survive_a_remount(goapp, mount, tmp_path):
     a, b = goapp(), goapp()
     sd = tmp_path / "targets.json"

@@ -333,7 +333,27 @@ struct mapping {
 	size_t *buckets; /* open hash of service -> group index + 1 */
 	size_t n_buckets;
 	size_t n_targets;
+	size_t known, n_new; /* services the cluster has; new ones in this mapping */
 };
+
+static struct group *group_find(struct mapping *m, const char *service)
+{
+	size_t b = (size_t)pfs_fnv1a(PFS_FNV_INIT, service) & (m->n_buckets - 1);
+
+	while (m->buckets[b] && strcmp(m->groups[m->buckets[b] - 1].service, service))
+		b = (b + 1) & (m->n_buckets - 1);
+	return m->buckets[b] ? &m->groups[m->buckets[b] - 1] : NULL;
+}
+
+static bool service_known(struct pfs_cluster *c, const char *upstream)
+{
+	char name[224];
+	struct pfs_service *s;
+
+	pfs_name_stable(upstream, name, sizeof name);
+	s = pfs_config_service(c, name);
+	return s && strcmp(s->upstream, upstream) == 0;
+}
 
 static struct group *group_of(struct mapping *m, const char *service)
 {
@@ -449,7 +469,19 @@ static void map_one(struct pfs_discovery *d, struct mapping *m, json_t *found, j
 	snprintf(url, sizeof url, "%s://%s%s", scheme, addr, path);
 	for (size_t n = strlen(url); n > 0 && url[n - 1] == '/'; n--)
 		url[n - 1] = '\0';
-	struct group *g = group_of(m, svc);
+	struct group *g = group_find(m, svc);
+	if (!g) {
+		/* services discovered once stay known until unmount: bounded */
+		bool known = service_known(d->c, svc);
+		if (!known && m->known + m->n_new >= d->max_targets) {
+			drop(d, dropped, sd, l, "a new service %.200s, but the cluster knows max_targets "
+			     "(%zu) services already (an unmount forgets those gone)", svc,
+			     d->max_targets);
+			return;
+		}
+		m->n_new += !known;
+		g = group_of(m, svc);
+	}
 	for (size_t i = 0; i < g->n; i++)
 		if (strcmp(g->targets[i].name, name) == 0) {
 			drop(d, dropped, sd, l, "instance %s of service %.200s is listed already (%s)",
@@ -505,6 +537,9 @@ static void apply(struct pfs_discovery *d)
 	while (m.n_buckets < 2 * total)
 		m.n_buckets *= 2;
 	m.buckets = calloc(m.n_buckets, sizeof *m.buckets);
+	pthread_mutex_lock(&c->lock);
+	m.known = c->n_services;
+	pthread_mutex_unlock(&c->lock);
 	size_t prev_dropped = d->n_dropped;
 	d->n_dropped = 0;
 	for (size_t i = 0; i < d->n_sds; i++)
