@@ -454,6 +454,29 @@ def test_kubernetes_one_namespace_and_list_pages(goapp, mount, kube):
     assert [q.get("continue") for q in lists[:3]] == [None, "500", "1000"]
 
 
+def test_kubernetes_hostile_watch(goapp, mount, kube):
+    a = goapp()
+    kube.add_pod("prod", "api-1", port=a.port, labels={"app": "api"}, annotations=annotated(a.port))
+    m = mount(disc_config({"kubernetes": {"api_server": kube.url, "bearer_token": "k8s-t0ken",
+                                          "namespaces": ["prod"]}}))
+    assert latest(m, "api") == files("api-1")
+
+    def relisted_after(raw, fragment):
+        lists = kube.lists
+        kube.inject(raw)
+        wait_for(lambda: kube.lists > lists, 15, "a list after " + fragment)
+        wait_for(lambda: any(fragment in l for l in m.error_lines()), 5, fragment)
+        assert discovered(m) == [("api", "api-1")]  # the last good set stays meanwhile
+
+    relisted_after(b"{not json\n", "a watch event that is not")
+    relisted_after(b'{"type": "ERROR", "object": {"kind": "Status", "code": 500, '
+                   b'"message": "etcdserver: request timed out"}}\n', "watch ERROR 500")
+    relisted_after(b"x" * (17 << 20), "an answer over 16 MiB")
+    relisted_after(b'{"type": "SURPRISE", "object": {}}\n', "unknown watch event type")
+    kube.add_pod("prod", "api-2", port=a.port, labels={"app": "api"}, annotations=annotated(a.port))
+    wait_latest(m, "api", files("api-1", "api-2"))
+
+
 def test_fake_kube_matches_kubectl_and_python_client(tmp_path):
     """The fake speaks the real wire format: kubectl and the Python client
     list it (in pages), watch it, and see 410 as they would from a cluster."""

@@ -147,7 +147,10 @@ class Handler(BaseHTTPRequestHandler):
                         f.cond.wait(0.2)
                 for rv, typ, (pns, obj) in evs:
                     sent = rv
-                    if ns in (None, pns):
+                    if typ == "RAW":  # hostile bytes, as they come
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(obj), obj))
+                        self.wfile.flush()
+                    elif ns in (None, pns):
                         self.chunk({"type": typ, "object": {"kind": "Pod", "apiVersion": "v1",
                                                             **obj}})
                 if bookmarks and time.monotonic() - last_bookmark > f.bookmark_every:
@@ -206,6 +209,13 @@ class FakeKube:
         with self.lock:
             p = self.pods.pop((ns, name))
             self._event("DELETED", ns, p)
+
+    def inject(self, raw):
+        """Send raw bytes (a hostile line) to every watch, as an event."""
+        with self.lock:
+            self.rv += 1
+            self.events.append((self.rv, "RAW", (None, raw)))
+            self.cond.notify_all()
 
     def compact(self):
         """Compact the history: a new watch from an older resourceVersion gets
