@@ -56,6 +56,8 @@ int pfs_conf_endpoint(struct pfs_parser *p, json_t *v, const char *where,
 /* A target without URL carrying the settings s (headers, auth, timeout):
  * what discovered targets are made from. */
 void pfs_conf_template(const struct pfs_settings *s, struct pfs_target *out);
+/* Set header "name: value" on t, replacing one of that name. */
+void pfs_target_add_header(struct pfs_target *t, const char *name, const char *value);
 /* Copy of a target (every string duplicated); free with pfs_target_free. */
 void pfs_target_copy(const struct pfs_target *from, struct pfs_target *to);
 void pfs_target_free(struct pfs_target *t);

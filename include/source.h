@@ -11,12 +11,15 @@
 #include "config.h"
 #include "fetch.h"
 
+#include <jansson.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
 struct pfs_job;
+struct pfs_parser; /* confparse.h */
 
 /* Turn an HTTP body into gzip'd profile.proto bytes (*gz malloc'd).
  * Returns 0, PFS_ABSENT when the upstream has no data for this file and
@@ -54,6 +57,12 @@ struct pfs_source_ops {
 	const char *kind;
 	bool windows;
 	bool pgo; /* its cpu profiles can carry Function.start_line (go build -pgo) */
+	bool nats_url; /* its url is nats://, not http(s):// */
+	/* The kind's own cluster keys (NULL-terminated; NULL: none) and their
+	 * parsing (where ends in '.'), after config.c has read the url, auth,
+	 * window and range every kind has. */
+	const char *const *keys;
+	int (*parse)(struct pfs_parser *p, json_t *obj, const char *where, struct pfs_cluster *c);
 	int (*discover)(struct pfs_cluster *c, char *err, size_t errlen);
 	void (*start)(struct pfs_job *j);
 	void (*cleanup)(void); /* at exit: sessions, connections (may be NULL) */

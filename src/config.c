@@ -531,42 +531,34 @@ out_settings:
 	return rc;
 }
 
-/* Keys a cluster of each kind may have, besides SETTING_KEYS. */
-static const char *const *kind_keys(const char *kind)
+/* Keys a cluster of this kind may have: the kind's own and those every
+ * kind has. */
+static const char **kind_keys(const struct pfs_source_ops *src)
 {
-	static const char *const pprof[] = {"kind", "services", "discover", SETTING_KEYS, NULL};
-	static const char *const pyroscope[] = {"kind", "url", "window", "range", "tenant", "label",
-						"discover_every", SETTING_KEYS, NULL};
-	static const char *const parca[] = {"kind", "url", "window", "range", "label",
-					    "discover_every", SETTING_KEYS, NULL};
-	static const char *const coroot[] = {"kind", "url", "window", "range", "project", "email",
-					     "password", "password_env", "discover_every",
-					     SETTING_KEYS, NULL};
-	static const char *const nats[] = {"kind", "url", "user", "password", "password_env",
-					   "token", "token_env", "discover_every", SETTING_KEYS, NULL};
+	static const char *const pprof[] = {"services", "discover", NULL};
+	static const char *const api[] = {"url", "discover_every", NULL};
+	static const char *const windows[] = {"window", "range", NULL};
+	static const char *const settings[] = {"kind", SETTING_KEYS, NULL};
+	const char *const *lists[] = {settings, src->discover ? api : pprof,
+				      src->windows ? windows : NULL, src->keys};
+	size_t n = 0;
+	const char **out = calloc(64, sizeof *out);
 
-	if (strcmp(kind, "pyroscope") == 0)
-		return pyroscope;
-	if (strcmp(kind, "parca") == 0)
-		return parca;
-	if (strcmp(kind, "coroot") == 0)
-		return coroot;
-	if (strcmp(kind, "nats") == 0)
-		return nats;
-	return pprof;
+	for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
+		for (const char *const *k = lists[l]; k && *k && n < 63; k++)
+			out[n++] = *k;
+	return out;
 }
 
 /* A cluster whose services are discovered: one endpoint, and for API
  * kinds the window and range of its <time> directories. */
-static int parse_api(struct pfs_parser *p, json_t *obj, const char *where, const char *kind,
+static int parse_api(struct pfs_parser *p, json_t *obj, const char *where,
 		     const struct pfs_settings *s, struct pfs_cluster *c)
 {
 	static const char *const target_keys[] = {"url", "timeout", "headers", "bearer_token",
 						  "bearer_token_env", "basic_auth", NULL};
 	struct pfs_api *a = &c->api;
-	bool nats = strcmp(kind, "nats") == 0;
-	const char *label = NULL, *project = NULL, *email = NULL, *password = NULL, *tenant = NULL,
-		   *user = NULL, *token = NULL;
+	const char *kind = c->src->kind;
 	char field[512];
 	json_t *sub = json_object();
 	int rc;
@@ -580,21 +572,7 @@ static int parse_api(struct pfs_parser *p, json_t *obj, const char *where, const
 		snprintf(field, sizeof field, "%s.url", where);
 		return pfs_conf_fail(p, field, "is required for kind \"%s\"", kind);
 	}
-	/* tenant: Pyroscope's X-Scope-OrgID header */
-	if (pfs_conf_string(p, obj, "tenant", field, &tenant)) {
-		json_decref(sub);
-		return -1;
-	}
-	if (tenant || strcmp(kind, "pyroscope") == 0) {
-		json_t *h = json_object_get(sub, "headers");
-		h = h ? json_deep_copy(h) : json_object();
-		if (tenant)
-			json_object_set_new(h, "X-Scope-OrgID", json_string(tenant));
-		if (strcmp(kind, "pyroscope") == 0)
-			json_object_set_new(h, "Connect-Protocol-Version", json_string("1"));
-		json_object_set_new(sub, "headers", h);
-	}
-	rc = parse_target(p, sub, where, s, nats, &a->target);
+	rc = parse_target(p, sub, where, s, c->src->nats_url, &a->target);
 	json_decref(sub);
 	if (rc)
 		return -1;
@@ -605,38 +583,34 @@ static int parse_api(struct pfs_parser *p, json_t *obj, const char *where, const
 	a->discover_every = 60;
 	if (pfs_conf_duration(p, obj, "window", field, 1, YEAR, &a->window) ||
 	    pfs_conf_duration(p, obj, "range", field, 1, 10 * YEAR, &a->range) ||
-	    pfs_conf_duration(p, obj, "discover_every", field, 0, DAY, &a->discover_every) ||
-	    pfs_conf_string(p, obj, "label", field, &label) || pfs_conf_string(p, obj, "project", field, &project) ||
-	    pfs_conf_string(p, obj, "email", field, &email) || pfs_conf_string(p, obj, "user", field, &user) ||
-	    pfs_conf_secret(p, obj, "password", field, &password) ||
-	    pfs_conf_secret(p, obj, "token", field, &token))
+	    pfs_conf_duration(p, obj, "discover_every", field, 0, DAY, &a->discover_every))
 		return -1;
 	if (a->range < a->window || a->range / a->window > PFS_MAX_WINDOWS) {
 		snprintf(field, sizeof field, "%s.range", where);
 		return pfs_conf_fail(p, field, "must be from one to %d windows (window %gs)", PFS_MAX_WINDOWS,
 			    a->window);
 	}
-	if (strcmp(kind, "coroot") == 0 && (!project || !email || !password)) {
-		snprintf(field, sizeof field, "%s.%s", where, !project ? "project" : !email ? "email" : "password");
-		return pfs_conf_fail(p, field, "is required for kind \"coroot\"");
-	}
-	if (!label)
-		label = strcmp(kind, "parca") == 0 ? "job" : "service_name";
-	a->label = strdup(label);
-	a->project = dup_or_null(project);
-	a->email = dup_or_null(email);
-	a->password = dup_or_null(password);
-	a->user = dup_or_null(user);
-	a->token = dup_or_null(token);
 	c->profiles = s->profiles;
 	c->cpu_seconds = s->cpu_seconds;
-	/* nats-server's PROFILEZ answers a cpu duration over 15 s with an error */
-	if (nats && c->cpu_seconds > PFS_NATS_CPU_MAX) {
-		pfs_warn("config: %s.cpu_seconds: %g s is more than NATS PROFILEZ takes (at most "
-			 "%d s); using %d s", where, c->cpu_seconds, PFS_NATS_CPU_MAX, PFS_NATS_CPU_MAX);
-		c->cpu_seconds = PFS_NATS_CPU_MAX;
-	}
-	return 0;
+	/* the kind's own keys */
+	return c->src->parse ? c->src->parse(p, obj, field, c) : 0;
+}
+
+void pfs_target_add_header(struct pfs_target *t, const char *name, const char *value)
+{
+	size_t n = strlen(name), len = n + strlen(value) + 3;
+	char *line = malloc(len);
+
+	snprintf(line, len, "%s: %s", name, value);
+	for (size_t i = 0; i < t->n_headers; i++)
+		if (strncasecmp(t->headers[i], name, n) == 0 && t->headers[i][n] == ':') {
+			explicit_bzero(t->headers[i], strlen(t->headers[i]));
+			free(t->headers[i]);
+			t->headers[i] = line; /* it replaces one set in "headers" */
+			return;
+		}
+	t->headers = realloc(t->headers, (t->n_headers + 2) * sizeof *t->headers);
+	t->headers[t->n_headers++] = line;
 }
 
 static int parse_cluster(struct pfs_parser *p, const char *name, json_t *obj, const char *where,
@@ -662,12 +636,15 @@ static int parse_cluster(struct pfs_parser *p, const char *name, json_t *obj, co
 			    "parca, coroot)", kind);
 	}
 	snprintf(field, sizeof field, "%s.", where);
-	if (pfs_conf_keys(p, obj, field, kind_keys(kind)))
+	const char **keys = kind_keys(c->src);
+	int bad = pfs_conf_keys(p, obj, field, keys);
+	free(keys);
+	if (bad)
 		return -1;
 	if (parse_settings(p, obj, field, &s))
 		goto out;
 	if (c->src->discover) {
-		rc = parse_api(p, obj, where, kind, &s, c);
+		rc = parse_api(p, obj, where, &s, c);
 		goto out;
 	}
 	services = json_object_get(obj, "services");

@@ -12,6 +12,8 @@
  *             Go's samples/count + cpu/nanoseconds sample types. */
 #include "source.h"
 
+#include "confparse.h"
+
 #include "log.h"
 #include "merge.h"
 
@@ -481,7 +483,32 @@ static void cleanup(void)
 	pthread_mutex_unlock(&g_lock);
 }
 
+/* project (name or id), and the login: email, password[_env]. */
+static int parse(struct pfs_parser *p, json_t *obj, const char *where, struct pfs_cluster *c)
+{
+	const char *project = NULL, *email = NULL, *password = NULL;
+	char field[512];
+
+	if (pfs_conf_string(p, obj, "project", where, &project) ||
+	    pfs_conf_string(p, obj, "email", where, &email) ||
+	    pfs_conf_secret(p, obj, "password", where, &password))
+		return -1;
+	if (!project || !email || !password) {
+		snprintf(field, sizeof field, "%s%s", where,
+			 !project ? "project" : !email ? "email" : "password");
+		return pfs_conf_fail(p, field, "is required for kind \"coroot\"");
+	}
+	c->api.project = strdup(project);
+	c->api.email = strdup(email);
+	c->api.password = strdup(password);
+	return 0;
+}
+
+static const char *const keys[] = {"project", "email", "password", "password_env", NULL};
+
 const struct pfs_source_ops pfs_source_coroot = {
+	.keys = keys,
+	.parse = parse,
 	.kind = "coroot",
 	.windows = true,
 	.pgo = false, /* flame graphs: no line numbers */

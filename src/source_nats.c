@@ -8,6 +8,8 @@
  * Each fetch runs on its own short-lived thread (libnats requests block). */
 #include "source.h"
 
+#include "confparse.h"
+
 #include "log.h"
 
 #include <jansson.h>
@@ -277,7 +279,33 @@ static bool cpu_key(const struct pfs_service *s, const struct pfs_file *f, char 
 	return true;
 }
 
+/* A system-account user: user and password[_env], or token[_env]. */
+static int parse(struct pfs_parser *p, json_t *obj, const char *where, struct pfs_cluster *c)
+{
+	const char *user = NULL, *password = NULL, *token = NULL;
+
+	if (pfs_conf_string(p, obj, "user", where, &user) ||
+	    pfs_conf_secret(p, obj, "password", where, &password) ||
+	    pfs_conf_secret(p, obj, "token", where, &token))
+		return -1;
+	c->api.user = user ? strdup(user) : NULL;
+	c->api.password = password ? strdup(password) : NULL;
+	c->api.token = token ? strdup(token) : NULL;
+	/* nats-server's PROFILEZ answers a cpu duration over 15 s with an error */
+	if (c->cpu_seconds > PFS_NATS_CPU_MAX) {
+		pfs_warn("config: %scpu_seconds: %g s is more than NATS PROFILEZ takes (at most "
+			 "%d s); using %d s", where, c->cpu_seconds, PFS_NATS_CPU_MAX, PFS_NATS_CPU_MAX);
+		c->cpu_seconds = PFS_NATS_CPU_MAX;
+	}
+	return 0;
+}
+
+static const char *const keys[] = {"user", "password", "password_env", "token", "token_env", NULL};
+
 const struct pfs_source_ops pfs_source_nats = {
+	.nats_url = true,
+	.keys = keys,
+	.parse = parse,
 	.kind = "nats",
 	.windows = false,
 	.pgo = true,

@@ -7,6 +7,8 @@
  * Times are RFC 3339. */
 #include "source.h"
 
+#include "confparse.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,7 +160,22 @@ static void start(struct pfs_job *j)
 	pfs_http_start(j, &c->api.target, NULL, decode);
 }
 
+/* label: whose values are the services. */
+static int parse(struct pfs_parser *p, json_t *obj, const char *where, struct pfs_cluster *c)
+{
+	const char *label = "job";
+
+	if (pfs_conf_string(p, obj, "label", where, &label))
+		return -1;
+	c->api.label = strdup(label);
+	return 0;
+}
+
+static const char *const keys[] = {"label", NULL};
+
 const struct pfs_source_ops pfs_source_parca = {
+	.keys = keys,
+	.parse = parse,
 	.kind = "parca",
 	.windows = true,
 	.pgo = true,

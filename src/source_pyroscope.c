@@ -7,6 +7,8 @@
  *             no data (the file is not shown). */
 #include "source.h"
 
+#include "confparse.h"
+
 #include "mem.h"
 #include "pprof.h"
 #include "profile.pb-c.h"
@@ -144,7 +146,27 @@ static void start(struct pfs_job *j)
 	pfs_http_start(j, &c->api.target, "application/proto", decode);
 }
 
+/* tenant: X-Scope-OrgID (multi-tenant Pyroscope); label: whose values
+ * are the services. */
+static int parse(struct pfs_parser *p, json_t *obj, const char *where, struct pfs_cluster *c)
+{
+	const char *tenant = NULL, *label = "service_name";
+
+	if (pfs_conf_string(p, obj, "tenant", where, &tenant) ||
+	    pfs_conf_string(p, obj, "label", where, &label))
+		return -1;
+	if (tenant)
+		pfs_target_add_header(&c->api.target, "X-Scope-OrgID", tenant);
+	pfs_target_add_header(&c->api.target, "Connect-Protocol-Version", "1");
+	c->api.label = strdup(label);
+	return 0;
+}
+
+static const char *const keys[] = {"tenant", "label", NULL};
+
 const struct pfs_source_ops pfs_source_pyroscope = {
+	.keys = keys,
+	.parse = parse,
 	.kind = "pyroscope",
 	.windows = true,
 	.pgo = true,

@@ -775,10 +775,11 @@ static json_t *when(time_t t)
 json_t *pfs_discovery_status(struct pfs_cluster *c)
 {
 	struct pfs_discovery *d = c->discovery;
-	json_t *mech = json_array(), *out;
+	json_t *mech, *out;
 
 	if (!d)
 		return NULL;
+	mech = json_array();
 	pthread_mutex_lock(&d->lock);
 	for (size_t i = 0; i < d->n_sds; i++) {
 		struct pfs_sd *sd = &d->sds[i];
