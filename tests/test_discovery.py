@@ -477,6 +477,40 @@ def test_kubernetes_hostile_watch(goapp, mount, kube):
     wait_latest(m, "api", files("api-1", "api-2"))
 
 
+def test_kubernetes_tls_ca_file_and_rotated_token_file(goapp, mount, tmp_path):
+    """An API server over https with its own CA, and a bearer token file that
+    is read again at each connection (service account tokens rotate)."""
+    cert, key = tmp_path / "ca.crt", tmp_path / "ca.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    a = goapp()
+    k = FakeKube(token="t1", tls=(str(cert), str(key)))
+    try:
+        k.max_watch = 2
+        k.add_pod("prod", "api-1", port=a.port, labels={"app": "api"}, annotations=annotated(a.port))
+        tok = tmp_path / "token"
+        tok.write_text("t1\n")
+        m = mount(disc_config({"kubernetes": {"api_server": k.url, "bearer_token_file": str(tok),
+                                              "ca_file": str(cert), "namespaces": ["prod"]}}))
+        assert latest(m, "api") == files("api-1")
+        # the token rotates: the next connection reads the new one
+        k.token = "t2"
+        tok.write_text("t2\n")
+        k.add_pod("prod", "api-2", port=a.port, labels={"app": "api"}, annotations=annotated(a.port))
+        wait_latest(m, "api", files("api-1", "api-2"))
+        assert k.requests[-1][2] == "Bearer t2"
+        assert "Bearer" not in m.log()
+        # without the CA the server is not trusted: one error, nothing discovered
+        m2 = mount(disc_config({"kubernetes": {"api_server": k.url, "bearer_token_file": str(tok),
+                                               "namespaces": ["prod"]}}), name="m2")
+        assert os.listdir(m2.path / "fleet") == []
+        err = disc(m2)["mechanisms"][0]["last_error"]
+        assert err.startswith("list pods: ") and "certificate" in err.lower(), err
+    finally:
+        k.stop()
+
+
 def test_fake_kube_matches_kubectl_and_python_client(tmp_path):
     """The fake speaks the real wire format: kubectl and the Python client
     list it (in pages), watch it, and see 410 as they would from a cluster."""

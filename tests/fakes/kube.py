@@ -166,7 +166,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class FakeKube:
-    def __init__(self, token=None):
+    def __init__(self, token=None, tls=None):
+        """tls: (certfile, keyfile) to serve https, as a real API server does."""
         self.token = token
         self.pods = {}
         self.events = []  # (rv, type, (ns, object))
@@ -182,7 +183,14 @@ class FakeKube:
         h = type("H", (Handler,), {"fake": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), h)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        scheme = "http"
+        if tls:
+            import ssl
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def _event(self, typ, ns, obj):
