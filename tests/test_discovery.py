@@ -561,6 +561,14 @@ def test_fake_kube_matches_kubectl_and_python_client(tmp_path):
                             resource_version=page.metadata.resource_version, timeout_seconds=5):
             events.append((ev["type"], ev["object"].metadata.name))
         assert events == [("ADDED", "api-10"), ("MODIFIED", "api-1"), ("DELETED", "api-2")]
+        # bookmarks: the object carries only the resourceVersion to go on from
+        k.bookmark_every = 0.3
+        marks = []
+        for ev in watch.Watch().stream(v1.list_namespaced_pod, "prod", allow_watch_bookmarks=True,
+                                       resource_version=str(k.rv), timeout_seconds=1):
+            # (the client leaves a BOOKMARK's object a dict, as it comes)
+            marks.append((ev["type"], ev["object"]["metadata"]["resourceVersion"]))
+        assert marks and all(t == "BOOKMARK" and rv == str(k.rv) for t, rv in marks), marks
         k.compact()
         with pytest.raises(client.exceptions.ApiException) as e:
             for _ in watch.Watch().stream(v1.list_namespaced_pod, "prod",
