@@ -142,6 +142,8 @@ int pfs_config_load_with(const char *path, char *const *options, size_t n_option
  * secrets). */
 bool pfs_config_option(const char *kv);
 void pfs_config_free(struct pfs_config *cfg);
+/* Free a target's strings (secrets wiped first) and zero it. */
+void pfs_target_free(struct pfs_target *t);
 
 struct pfs_cluster *pfs_config_cluster(struct pfs_config *cfg, const char *name);
 /* A service by name; for discovering kinds an unknown name triggers a

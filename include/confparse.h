@@ -60,6 +60,5 @@ void pfs_conf_template(const struct pfs_settings *s, struct pfs_target *out);
 void pfs_target_add_header(struct pfs_target *t, const char *name, const char *value);
 /* Copy of a target (every string duplicated); free with pfs_target_free. */
 void pfs_target_copy(const struct pfs_target *from, struct pfs_target *to);
-void pfs_target_free(struct pfs_target *t);
 
 #endif

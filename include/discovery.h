@@ -28,8 +28,8 @@ void pfs_discovery_free(struct pfs_cluster *c);
 int pfs_discovery_start(struct pfs_config *cfg, double wait);
 void pfs_discovery_stop(struct pfs_config *cfg);
 
-/* Called (no lock held) when discovery added a service to cluster c. */
-typedef void (*pfs_discovery_added_fn)(struct pfs_cluster *c, const char *service);
+/* Called (no lock held) when discovery added services to cluster c. */
+typedef void (*pfs_discovery_added_fn)(struct pfs_cluster *c);
 void pfs_discovery_set_hook(pfs_discovery_added_fn fn);
 
 /* The cluster's discovery for .status.json: each mechanism's state, the

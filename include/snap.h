@@ -164,7 +164,5 @@ void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n
 /* A discovered service with no target discovered now and no snapshot
  * left: left out of its cluster's listing. */
 bool pfs_snap_service_gone(struct pfs_service *s);
-/* How many targets a discovered service holds (active or not). */
-size_t pfs_snap_n_targets(struct pfs_service *s);
 
 #endif

@@ -96,6 +96,11 @@ int pfs_http_sync_ex(const struct pfs_target *t, const char *url, const char *co
 		     const uint8_t *post, size_t post_len, pfs_header_fn on_header, void *arg,
 		     uint8_t **body, size_t *len, char *err, size_t errlen);
 
+/* pfs_http_sync of a GET that cancel(arg), asked every second or so, may
+ * cut short (unmounting). */
+int pfs_http_sync_cancel(const struct pfs_target *t, const char *url, bool (*cancel)(void *),
+			 void *arg, uint8_t **body, size_t *len, char *err, size_t errlen);
+
 /* GET every URL with t's auth at once (at most PFS_SYNC_MANY_MAX in
  * flight), blocking until all are done: out[i] holds each result (ok,
  * http_status, error, body, len); pfs_fetch_release() each afterwards. */

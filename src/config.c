@@ -905,6 +905,7 @@ void pfs_target_free(struct pfs_target *t)
 	if (t->password)
 		explicit_bzero(t->password, strlen(t->password));
 	free(t->password);
+	memset(t, 0, sizeof *t);
 }
 
 static void free_service(struct pfs_service *s)

@@ -1287,13 +1287,12 @@ static void run_invals(struct inval *iv)
 	}
 }
 
-/* Discovery added a service: the cluster's listing the kernel holds is
- * stale. */
-static void on_discovered(struct pfs_cluster *c, const char *service)
+/* Discovery added services: the cluster's listing the kernel holds is
+ * stale (their names were never looked up: nothing else is cached). */
+static void on_discovered(struct pfs_cluster *c)
 {
 	char dir[512];
 
-	(void)service; /* a name never looked up: nothing cached of it */
 	snprintf(dir, sizeof dir, "/%s", c->name);
 	listing_changed(dir);
 }

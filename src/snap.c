@@ -138,6 +138,20 @@ static bool valid_window(const struct pfs_service *s, time_t t, time_t now)
 
 /* ---- rounds (g_lock held) ---- */
 
+/* A discovered service's files per target: one per served profile. */
+static size_t per_target(const struct pfs_service *s)
+{
+	return (size_t)__builtin_popcount(s->profiles);
+}
+
+/* Slots a round of the service has: a discovered service's rounds have
+ * room for every target it has room for (reserve() grows them all). */
+static size_t slot_room(const struct pfs_service *s)
+{
+	return s->discovered ? s->state->cap_targets * per_target(s) + 1
+			     : s->n_files ? s->n_files : 1;
+}
+
 /* A discovered service's file that new rounds fetch: its target is listed
  * and serves that profile. */
 static bool serves(const struct pfs_service *s, const struct pfs_file *f)
@@ -168,10 +182,7 @@ static struct round *get_round(struct pfs_service *s, time_t t)
 	r = calloc(1, sizeof *r);
 	r->t = t;
 	memcpy(r->name, name, sizeof name);
-	/* a discovered service's rounds have room for every target it has
-	 * room for: reserve() grows them all */
-	r->slots = calloc(s->discovered ? s->state->cap_targets * (size_t)__builtin_popcount(s->profiles) + 1
-					: s->n_files ? s->n_files : 1, sizeof *r->slots);
+	r->slots = calloc(slot_room(s), sizeof *r->slots);
 	/* Files frozen by an earlier mount are served as they are. */
 	for (size_t i = 0; i < s->n_files; i++)
 		if (pfs_cache_stat(s->cluster->name, s->name, name, s->files[i].key,
@@ -1110,11 +1121,6 @@ int pfs_snap_latest_all(struct pfs_service *s, int flags, pfs_snap_file_fn fn, v
 
 /* ---- discovered targets (g_lock held) ---- */
 
-static size_t per_target(const struct pfs_service *s)
-{
-	return (size_t)__builtin_popcount(s->profiles);
-}
-
 /* Target t's files: one per served profile, named after it. */
 static void name_files(struct pfs_service *s, size_t t)
 {
@@ -1149,7 +1155,7 @@ static void reserve(struct pfs_service *s, size_t need)
 	cap = cap ? cap * 2 : 1; /* most services have one instance */
 	cap = cap < need ? need : cap;
 	struct pfs_target *targets = calloc(cap, sizeof *targets);
-	struct pfs_file *files = calloc(cap * per + 1, sizeof *files);
+	struct pfs_file *files = calloc(cap * per, sizeof *files);
 	if (s->n_targets)
 		memcpy(targets, s->targets, s->n_targets * sizeof *targets);
 	if (s->n_files)
@@ -1163,11 +1169,11 @@ static void reserve(struct pfs_service *s, size_t need)
 	st->active = realloc(st->active, cap * sizeof *st->active);
 	st->stats = realloc(st->stats, cap * sizeof *st->stats);
 	memset(st->stats + st->n_stats, 0, (cap - st->n_stats) * sizeof *st->stats);
-	for (struct round *r = st->rounds; r; r = r->next) {
-		r->slots = realloc(r->slots, (cap * per + 1) * sizeof *r->slots);
-		memset(r->slots + s->n_files, 0, (cap * per - s->n_files) * sizeof *r->slots);
-	}
 	st->cap_targets = cap;
+	for (struct round *r = st->rounds; r; r = r->next) {
+		r->slots = realloc(r->slots, slot_room(s) * sizeof *r->slots);
+		memset(r->slots + s->n_files, 0, (slot_room(s) - s->n_files) * sizeof *r->slots);
+	}
 }
 
 /* Target t's slots in every round: not there, except in an earlier
@@ -1263,23 +1269,6 @@ static bool same_endpoint(const struct pfs_target *a, const struct pfs_target *b
 	return true;
 }
 
-static void free_target_fields(struct pfs_target *t)
-{
-	free(t->name);
-	free(t->url);
-	free(t->log_url);
-	for (size_t i = 0; i < t->n_headers; i++) {
-		explicit_bzero(t->headers[i], strlen(t->headers[i]));
-		free(t->headers[i]);
-	}
-	free(t->headers);
-	free(t->username);
-	if (t->password)
-		explicit_bzero(t->password, strlen(t->password));
-	free(t->password);
-	memset(t, 0, sizeof *t);
-}
-
 void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n, size_t *added,
 			  size_t *gone)
 {
@@ -1317,12 +1306,12 @@ void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n
 		if (!same_endpoint(&s->targets[i], &ts[k]) && !st->stats[i].in_flight) {
 			char *name = s->targets[i].name;
 			s->targets[i].name = NULL;
-			free_target_fields(&s->targets[i]);
+			pfs_target_free(&s->targets[i]);
 			s->targets[i] = ts[k];
 			free(s->targets[i].name);
 			s->targets[i].name = name;
 		} else {
-			free_target_fields(&ts[k]);
+			pfs_target_free(&ts[k]);
 		}
 	}
 	for (size_t i = 0; i < known; i++)
@@ -1343,7 +1332,7 @@ void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n
 		/* its files were in no round: new names in place (readers of
 		 * names hold g_lock) */
 		size_t i = reuse++;
-		free_target_fields(&s->targets[i]);
+		pfs_target_free(&s->targets[i]);
 		s->targets[i] = *t;
 		st->active[i] = true;
 		memset(&st->stats[i], 0, sizeof st->stats[i]);
@@ -1368,12 +1357,4 @@ bool pfs_snap_service_gone(struct pfs_service *s)
 		gone = !round_has(s, r, SLOT_READY) && !round_has(s, r, SLOT_FETCHING);
 	pthread_mutex_unlock(&g_lock);
 	return gone;
-}
-
-size_t pfs_snap_n_targets(struct pfs_service *s)
-{
-	pthread_mutex_lock(&g_lock);
-	size_t n = s->n_targets;
-	pthread_mutex_unlock(&g_lock);
-	return n;
 }

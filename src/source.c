@@ -288,6 +288,23 @@ int pfs_http_sync(const struct pfs_target *t, const char *url, const char *conte
 				errlen);
 }
 
+/* Run f here: 0 and the body, or -1 with f's error. */
+static int sync_run(struct pfs_fetch *f, uint8_t **body, size_t *len, char *err, size_t errlen)
+{
+	if (pfs_fetch_run(f)) {
+		snprintf(err, errlen, "%s", f->error);
+		pfs_fetch_release(f);
+		return -1;
+	}
+	/* callers parse it as text: keep a NUL after the body; it is theirs
+	 * now, outside the budget */
+	pfs_mem_give(f->cap);
+	*body = realloc(f->body, f->len + 1);
+	(*body)[f->len] = '\0';
+	*len = f->len;
+	return 0;
+}
+
 int pfs_http_sync_ex(const struct pfs_target *t, const char *url, const char *content_type,
 		     const uint8_t *post, size_t post_len, pfs_header_fn on_header, void *arg,
 		     uint8_t **body, size_t *len, char *err, size_t errlen)
@@ -298,18 +315,18 @@ int pfs_http_sync_ex(const struct pfs_target *t, const char *url, const char *co
 		.content_type = content_type, .on_header = on_header, .header_arg = arg,
 	};
 
-	if (pfs_fetch_run(&f)) {
-		snprintf(err, errlen, "%s", f.error);
-		pfs_fetch_release(&f);
-		return -1;
-	}
-	/* callers parse it as text: keep a NUL after the body; it is theirs
-	 * now, outside the budget */
-	pfs_mem_give(f.cap);
-	*body = realloc(f.body, f.len + 1);
-	(*body)[f.len] = '\0';
-	*len = f.len;
-	return 0;
+	return sync_run(&f, body, len, err, errlen);
+}
+
+int pfs_http_sync_cancel(const struct pfs_target *t, const char *url, bool (*cancel)(void *),
+			 void *arg, uint8_t **body, size_t *len, char *err, size_t errlen)
+{
+	struct pfs_fetch f = {
+		.url = (char *)url, .target = t, .timeout_ms = (long)(t->timeout * 1000),
+		.max_bytes = 64u << 20, .cancel = cancel, .cancel_arg = arg,
+	};
+
+	return sync_run(&f, body, len, err, errlen);
 }
 
 /* ---- many blocking requests at once, through the fetcher ---- */

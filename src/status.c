@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static json_t *time_or_null(time_t t)
+json_t *pfs_status_time(time_t t)
 {
 	char buf[PFS_ROUND_NAME_MAX];
 	struct tm tm;
@@ -39,7 +39,7 @@ char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
 	size_t in_flight = 0;
 	char *out;
 
-	json_object_set_new(root, "mounted_at", time_or_null(mounted_at));
+	json_object_set_new(root, "mounted_at", pfs_status_time(mounted_at));
 	json_object_set_new(root, "cache_dir", json_string(cfg->cache_dir));
 	json_object_set_new(root, "cache_bytes", json_integer((json_int_t)pfs_cache_bytes()));
 	for (size_t i = 0; i < cfg->n_clusters; i++) {
@@ -58,13 +58,13 @@ char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
 					"target", st.target, "url", st.url,
 					"fetches", (json_int_t)st.fetches, "failures", (json_int_t)st.failures,
 					"bytes", (json_int_t)st.bytes,
-					"last_fetch", time_or_null(st.last_fetch),
-					"last_ok", time_or_null(st.last_ok),
+					"last_fetch", pfs_status_time(st.last_fetch),
+					"last_ok", pfs_status_time(st.last_ok),
 					"last_error", st.last_error[0] ? st.last_error : NULL,
-					"last_error_at", time_or_null(st.last_error_at),
+					"last_error_at", pfs_status_time(st.last_error_at),
 					"last_error_file", st.last_error[0] ? st.last_error_file : NULL,
 					"in_flight", (json_int_t)st.in_flight,
-					"in_flight_since", time_or_null(st.in_flight_since),
+					"in_flight_since", pfs_status_time(st.in_flight_since),
 					"pgo", pgo_text(c, st.pgo));
 				if (s->discovered) /* gone from discovery: its snapshots stay */
 					json_object_set_new(one, "discovered_now", json_boolean(st.active));

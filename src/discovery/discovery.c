@@ -8,6 +8,7 @@
 #include "sd.h"
 #include "snap.h"
 #include "source.h"
+#include "status.h"
 
 #include <pthread.h>
 #include <regex.h>
@@ -336,41 +337,49 @@ struct mapping {
 	size_t known, n_new; /* services the cluster has; new ones in this mapping */
 };
 
+/* The bucket of service in m's hash: its group's index + 1, or 0. */
+static size_t *group_bucket(struct mapping *m, const char *service)
+{
+	size_t b = (size_t)pfs_fnv1a(PFS_FNV_INIT, service) & (m->n_buckets - 1);
+
+	while (m->buckets[b] && strcmp(m->groups[m->buckets[b] - 1].service, service))
+		b = (b + 1) & (m->n_buckets - 1);
+	return &m->buckets[b];
+}
+
 static struct group *group_find(struct mapping *m, const char *service)
 {
-	size_t b = (size_t)pfs_fnv1a(PFS_FNV_INIT, service) & (m->n_buckets - 1);
+	size_t *b = group_bucket(m, service);
 
-	while (m->buckets[b] && strcmp(m->groups[m->buckets[b] - 1].service, service))
-		b = (b + 1) & (m->n_buckets - 1);
-	return m->buckets[b] ? &m->groups[m->buckets[b] - 1] : NULL;
+	return *b ? &m->groups[*b - 1] : NULL;
 }
 
-static bool service_known(struct pfs_cluster *c, const char *upstream)
-{
-	char name[224];
-	struct pfs_service *s;
-
-	pfs_name_stable(upstream, name, sizeof name);
-	s = pfs_config_service(c, name);
-	return s && strcmp(s->upstream, upstream) == 0;
-}
-
+/* The group of service, made if new. */
 static struct group *group_of(struct mapping *m, const char *service)
 {
-	size_t b = (size_t)pfs_fnv1a(PFS_FNV_INIT, service) & (m->n_buckets - 1);
+	size_t *b = group_bucket(m, service);
 
-	while (m->buckets[b] && strcmp(m->groups[m->buckets[b] - 1].service, service))
-		b = (b + 1) & (m->n_buckets - 1);
-	if (!m->buckets[b]) {
+	if (!*b) {
 		if (m->n_groups == m->cap_groups) {
 			m->cap_groups = m->cap_groups ? m->cap_groups * 2 : 16;
 			m->groups = realloc(m->groups, m->cap_groups * sizeof *m->groups);
 		}
 		memset(&m->groups[m->n_groups], 0, sizeof m->groups[m->n_groups]);
 		m->groups[m->n_groups].service = strdup(service);
-		m->buckets[b] = ++m->n_groups;
+		*b = ++m->n_groups;
 	}
-	return &m->groups[m->buckets[b] - 1];
+	return &m->groups[*b - 1];
+}
+
+/* The cluster's service of this upstream name, if it knows one. */
+static struct pfs_service *known_service(struct pfs_cluster *c, const char *upstream)
+{
+	char name[224];
+	struct pfs_service *s;
+
+	pfs_name_stable(upstream, name, sizeof name);
+	s = pfs_config_service(c, name);
+	return s && strcmp(s->upstream, upstream) == 0 ? s : NULL;
 }
 
 static void drop(struct pfs_discovery *d, json_t *dropped, const struct pfs_sd *sd,
@@ -472,7 +481,7 @@ static void map_one(struct pfs_discovery *d, struct mapping *m, json_t *found, j
 	struct group *g = group_find(m, svc);
 	if (!g) {
 		/* services discovered once stay known until unmount: bounded */
-		bool known = service_known(d->c, svc);
+		bool known = known_service(d->c, svc) != NULL;
 		if (!known && m->known + m->n_new >= d->max_targets) {
 			drop(d, dropped, sd, l, "a new service %.200s, but the cluster knows max_targets "
 			     "(%zu) services already (an unmount forgets those gone)", svc,
@@ -504,22 +513,6 @@ static void map_one(struct pfs_discovery *d, struct mapping *m, json_t *found, j
 }
 
 /* The service of this upstream name, made if new (*made). */
-static struct pfs_service *service_of(struct pfs_cluster *c, const char *upstream, bool *made)
-{
-	char name[224];
-	struct pfs_service *s;
-
-	pfs_name_stable(upstream, name, sizeof name);
-	s = pfs_config_service(c, name);
-	*made = false;
-	if (s && strcmp(s->upstream, upstream) == 0)
-		return s;
-	size_t before = c->n_services;
-	s = pfs_cluster_add_discovered(c, upstream);
-	*made = c->n_services != before;
-	return s;
-}
-
 /* Every mechanism's last answer, mapped and handed to the services. */
 static void apply(struct pfs_discovery *d)
 {
@@ -527,7 +520,6 @@ static void apply(struct pfs_discovery *d)
 	struct mapping m = {0};
 	json_t *found = json_array(), *dropped = json_array();
 	size_t added = 0, gone = 0, total = 0, n_made = 0;
-	char **made = NULL;
 
 	pthread_mutex_lock(&d->applying);
 	pthread_mutex_lock(&d->lock);
@@ -548,33 +540,30 @@ static void apply(struct pfs_discovery *d)
 	size_t n_dropped = d->n_dropped;
 	pthread_mutex_unlock(&d->lock);
 
-	struct pfs_service **svcs;
-	size_t n_svcs = pfs_cluster_services(c, &svcs);
-	bool *listed = calloc(n_svcs ? n_svcs : 1, sizeof *listed);
+	/* apply is the only one to add this cluster's services */
 	for (size_t g = 0; g < m.n_groups; g++) {
-		bool is_new;
-		struct pfs_service *s = service_of(c, m.groups[g].service, &is_new);
+		struct pfs_service *s = known_service(c, m.groups[g].service);
 		size_t a, o;
-		for (size_t i = 0; i < n_svcs; i++)
-			listed[i] = listed[i] || svcs[i] == s;
+		if (!s) {
+			s = pfs_cluster_add_discovered(c, m.groups[g].service);
+			n_made++;
+		}
 		pfs_snap_set_targets(s, m.groups[g].targets, m.groups[g].n, &a, &o);
 		added += a;
 		gone += o;
-		if (is_new) {
-			made = realloc(made, (n_made + 1) * sizeof *made);
-			made[n_made++] = strdup(s->name);
-		}
 		free(m.groups[g].targets);
-		free(m.groups[g].service);
 	}
+	struct pfs_service **svcs;
+	size_t n_svcs = pfs_cluster_services(c, &svcs);
 	for (size_t i = 0; i < n_svcs; i++)
-		if (!listed[i]) { /* every instance gone: its snapshots stay */
+		if (!group_find(&m, svcs[i]->upstream)) { /* every instance gone: its snapshots stay */
 			size_t a, o;
 			pfs_snap_set_targets(svcs[i], NULL, 0, &a, &o);
 			gone += o;
 		}
-	free(listed);
 	free(svcs);
+	for (size_t g = 0; g < m.n_groups; g++)
+		free(m.groups[g].service);
 
 	pthread_mutex_lock(&d->lock);
 	bool changed = added || gone || m.n_groups != d->n_services || n_dropped != prev_dropped ||
@@ -592,12 +581,8 @@ static void apply(struct pfs_discovery *d)
 			 c->name, m.n_targets, m.n_groups, added, gone, n_dropped,
 			 n_dropped ? " (why: .status.json)" : "");
 	pthread_mutex_unlock(&d->applying);
-	for (size_t i = 0; i < n_made; i++) {
-		if (g_added)
-			g_added(c, made[i]);
-		free(made[i]);
-	}
-	free(made);
+	if (n_made && g_added)
+		g_added(c);
 	free(m.groups);
 	free(m.buckets);
 }
@@ -760,18 +745,6 @@ void pfs_discovery_stop(struct pfs_config *cfg)
 	}
 }
 
-static json_t *when(time_t t)
-{
-	char buf[32];
-	struct tm tm;
-
-	if (!t)
-		return json_null();
-	gmtime_r(&t, &tm);
-	strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return json_string(buf);
-}
-
 json_t *pfs_discovery_status(struct pfs_cluster *c)
 {
 	struct pfs_discovery *d = c->discovery;
@@ -785,9 +758,9 @@ json_t *pfs_discovery_status(struct pfs_cluster *c)
 		struct pfs_sd *sd = &d->sds[i];
 		json_array_append_new(mech, json_pack(
 			"{s:s, s:I, s:o, s:s?, s:o}", "source", sd->source, "targets",
-			(json_int_t)sd->set.n, "last_refresh", when(sd->last_refresh), "last_error",
+			(json_int_t)sd->set.n, "last_refresh", pfs_status_time(sd->last_refresh), "last_error",
 			sd->last_error[0] ? sd->last_error : NULL, "last_error_at",
-			when(sd->last_error_at)));
+			pfs_status_time(sd->last_error_at)));
 	}
 	out = json_pack("{s:s, s:o, s:I, s:I, s:O, s:I, s:O}", "cluster", c->name, "mechanisms",
 			mech, "services", (json_int_t)d->n_services, "n_discovered",

@@ -4,8 +4,7 @@
  * keeps the last good one. Each target gets __meta_url. */
 #include "sd.h"
 
-#include "fetch.h"
-#include "mem.h"
+#include "source.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,19 +58,10 @@ static int refresh(struct pfs_sd *sd, void *priv, struct pfs_sd_set *out, char *
 	char why[400];
 	int rc;
 
-	struct pfs_fetch f = {
-		.url = h->t.url, .target = &h->t, .timeout_ms = (long)(h->t.timeout * 1000),
-		.max_bytes = 64u << 20, .cancel = stopping, .cancel_arg = sd,
-	};
-	if (pfs_fetch_run(&f)) {
-		snprintf(err, errlen, "%s", f.error);
-		pfs_fetch_release(&f);
+	if (pfs_http_sync_cancel(&h->t, h->t.url, stopping, sd, &body, &len, why, sizeof why)) {
+		snprintf(err, errlen, "%s", why);
 		return -1;
 	}
-	/* outside the memory budget: a discovery answer is no profile */
-	pfs_mem_give(f.cap);
-	body = f.body;
-	len = f.len;
 	rc = pfs_sd_parse_groups((const char *)body, len, "__meta_url", h->t.log_url,
 				 pfs_sd_max_targets(sd), out, why, sizeof why);
 	if (rc)

@@ -479,6 +479,7 @@ struct stream {
 	struct kube *k;
 	char *buf;
 	size_t len, cap;
+	size_t max;      /* bytes held at most: one watch event, or one list page */
 	bool too_big;
 	bool gone;       /* a 410 came: list again */
 	char error[256]; /* an ERROR event other than 410 */
@@ -530,14 +531,12 @@ static void on_event(struct stream *st, const char *line, size_t len)
 	st->lines++;
 }
 
-static size_t on_watch_body(char *data, size_t size, size_t n, void *arg)
+/* Keep len more bytes of the answer; false (too_big) past st->max. */
+static bool take(struct stream *st, const char *data, size_t len)
 {
-	struct stream *st = arg;
-	size_t len = size * n;
-
-	if (st->len + len > MAX_EVENT_BYTES) {
+	if (st->len + len > st->max) {
 		st->too_big = true;
-		return 0;
+		return false;
 	}
 	if (st->len + len + 1 > st->cap) {
 		st->cap = (st->len + len + 1) * 2;
@@ -545,6 +544,16 @@ static size_t on_watch_body(char *data, size_t size, size_t n, void *arg)
 	}
 	memcpy(st->buf + st->len, data, len);
 	st->len += len;
+	return true;
+}
+
+static size_t on_watch_body(char *data, size_t size, size_t n, void *arg)
+{
+	struct stream *st = arg;
+	size_t len = size * n;
+
+	if (!take(st, data, len))
+		return 0;
 	char *start = st->buf, *nl;
 	while ((nl = memchr(start, '\n', st->len - (size_t)(start - st->buf)))) {
 		if (nl > start)
@@ -560,26 +569,13 @@ static size_t on_watch_body(char *data, size_t size, size_t n, void *arg)
 
 static size_t on_list_body(char *data, size_t size, size_t n, void *arg)
 {
-	struct stream *st = arg;
-	size_t len = size * n;
-
-	if (st->len + len > (size_t)MAX_EVENT_BYTES * 4) {
-		st->too_big = true;
-		return 0;
-	}
-	if (st->len + len + 1 > st->cap) {
-		st->cap = (st->len + len + 1) * 2;
-		st->buf = realloc(st->buf, st->cap);
-	}
-	memcpy(st->buf + st->len, data, len);
-	st->len += len;
-	return len;
+	return take(arg, data, size * n) ? size * n : 0;
 }
 
 /* GET path?query on the API server. 0 on HTTP 200; else -1 with why
  * (*status the HTTP status, 0 if none). */
-static int get(struct pfs_sd *sd, struct kube *k, const char *url, bool watch, struct stream *st,
-	       long *status, char *err, size_t errlen)
+static int get(struct kube *k, const char *url, bool watch, struct stream *st, long *status,
+	       char *err, size_t errlen)
 {
 	struct pfs_target t = {0};
 	char *hdr = NULL, tok[8192] = "", curl_err[CURL_ERROR_SIZE] = "";
@@ -622,6 +618,7 @@ static int get(struct pfs_sd *sd, struct kube *k, const char *url, bool watch, s
 	if (watch) { /* a silent connection that died: the server sends bookmarks */
 		curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
 	}
+	st->max = watch ? MAX_EVENT_BYTES : (size_t)MAX_EVENT_BYTES * 4;
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, watch ? on_watch_body : on_list_body);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, st);
 	curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
@@ -639,14 +636,12 @@ static int get(struct pfs_sd *sd, struct kube *k, const char *url, bool watch, s
 		free(hdr);
 	}
 	explicit_bzero(tok, sizeof tok);
-	(void)sd;
 	if (st->gone || st->error[0])
 		return 0; /* the caller looks at these */
 	if (rc == CURLE_OK && *status == 200)
 		return 0;
 	if (st->too_big)
-		snprintf(err, errlen, "HTTP %ld, an answer over %u MiB", *status,
-			 (unsigned)(MAX_EVENT_BYTES >> 20));
+		snprintf(err, errlen, "HTTP %ld, an answer over %zu MiB", *status, st->max >> 20);
 	else if (rc != CURLE_OK)
 		snprintf(err, errlen, "%s", curl_err[0] ? curl_err : curl_easy_strerror(rc));
 	else
@@ -683,7 +678,7 @@ static int list(struct pfs_sd *sd, struct kube *k, char *err, size_t errlen)
 		snprintf(q, sizeof q, "limit=%d%s%s", PAGE, c ? "&continue=" : "", c ? c : "");
 		curl_free(c);
 		pods_url(k, q, url, sizeof url);
-		int rc = get(sd, k, url, false, &st, &status, err, errlen);
+		int rc = get(k, url, false, &st, &status, err, errlen);
 		json_t *root = rc ? NULL : json_loadb(st.buf ? st.buf : "", st.len, 0, &je), *items, *pod;
 		free(st.buf);
 		if (rc)
@@ -731,7 +726,7 @@ static void run(struct pfs_sd *sd, void *priv)
 		snprintf(q, sizeof q, "watch=1&allowWatchBookmarks=true&timeoutSeconds=%d&resourceVersion=%s",
 			 WATCH_SECONDS, k->rv);
 		pods_url(k, q, url, sizeof url);
-		int rc = get(sd, k, url, true, &st, &status, err, sizeof err);
+		int rc = get(k, url, true, &st, &status, err, sizeof err);
 		free(st.buf);
 		if (pfs_sd_stopping(sd))
 			break;
