@@ -34,6 +34,8 @@ struct pfs_target {
 	size_t n_headers;
 	char *username;  /* basic auth, or NULL */
 	char *password;
+	char *aws_sigv4; /* "aws:amz:<region>:s3": username and password are an
+			  * access key and its secret, requests are signed (S3) */
 	double timeout;  /* seconds for one fetch; cpu adds cpu_seconds */
 	unsigned profiles; /* discovered: the profiles it serves (0: the service's) */
 };
@@ -80,6 +82,10 @@ struct pfs_api {
 	double window;       /* seconds per <time> directory */
 	double range;        /* how far back <time> directories go */
 	double discover_every;
+	/* s3: the bucket, the prefix of the cluster's tree in it, how long a
+	 * listing is used, and how old a <time>/ must be to count as complete */
+	char *bucket, *prefix;
+	double list_ttl, settle;
 };
 
 struct pfs_cluster {

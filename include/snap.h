@@ -94,11 +94,11 @@ int pfs_snap_slot(struct pfs_service *s, const char *round, int slot, int flags,
 /* The time of a round that exists (scrapes: once its fetches are done). */
 int pfs_snap_round_time(struct pfs_service *s, const char *round, int flags, time_t *t);
 
-/* Make sure the latest round has this file, fetching it if needed (and
+/* Make sure the latest round has this file (by name), fetching it if needed (and
  * waiting, bounded by the fetch timeout). Fills the round name (also
  * with -EAGAIN: the round it waits for), size and mtime; -EIO if the fetch failed (logged once), -ENOENT if upstream has
  * no such data. */
-int pfs_snap_latest(struct pfs_service *s, int file, int flags, char round[PFS_ROUND_NAME_MAX],
+int pfs_snap_latest(struct pfs_service *s, const char *file, int flags, char round[PFS_ROUND_NAME_MAX],
 		    off_t *size, time_t *mtime);
 /* A merged/ file with no snapshot yet (scrape kinds): fetch the latest
  * round's files with this merge key and wait for them. 0 once one is
@@ -161,6 +161,17 @@ void pfs_snap_target_stats(struct pfs_service *s, size_t i, struct pfs_target_st
  * in earlier rounds stay until retention. Counts into *added and *gone. */
 void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n, size_t *added,
 			  size_t *gone);
+/* Listed kinds (source.h `list`): the answer to a listing of a service's
+ * rounds (round NULL: e[] are <time> names) or of one round's files (e[]
+ * are file names and their sizes; ".complete" marks the round complete),
+ * or the error that ended it (one line, no secrets). */
+struct pfs_listed {
+	const char *name;
+	off_t size;
+};
+void pfs_snap_listed(struct pfs_service *s, const char *round, const struct pfs_listed *e,
+		     size_t n, const char *err);
+
 /* A discovered service with no target discovered now and no snapshot
  * left: left out of its cluster's listing. */
 bool pfs_snap_service_gone(struct pfs_service *s);

@@ -62,9 +62,16 @@ struct pfs_source_ops {
 	 * parsing (where ends in '.'), after config.c has read the url, auth,
 	 * window and range every kind has. */
 	const char *const *keys;
+	const char *url_key; /* the key of its URL, if not "url" */
+	/* Its URL when the config gives none (malloc'd; NULL: required). */
+	char *(*default_url)(json_t *obj);
 	int (*parse)(struct pfs_parser *p, json_t *obj, const char *where, struct pfs_cluster *c);
 	int (*discover)(struct pfs_cluster *c, char *err, size_t errlen);
 	void (*start)(struct pfs_job *j);
+	/* Kinds whose <time> directories and files are listed upstream (s3):
+	 * list the service's rounds (round NULL) or one round's files; the
+	 * source answers with pfs_snap_listed(), once, never from inside. */
+	void (*list)(struct pfs_service *s, const char *round);
 	void (*cleanup)(void); /* at exit: sessions, connections (may be NULL) */
 	/* The kind's decoder of an upstream answer (also what tests/fuzz
 	 * feeds hostile bytes to). */

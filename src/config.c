@@ -384,6 +384,7 @@ void pfs_target_copy(const struct pfs_target *from, struct pfs_target *to)
 	to->n_headers = from->n_headers;
 	to->username = dup_or_null(from->username);
 	to->password = dup_or_null(from->password);
+	to->aws_sigv4 = dup_or_null(from->aws_sigv4);
 	to->timeout = from->timeout;
 	to->profiles = from->profiles;
 }
@@ -536,7 +537,7 @@ out_settings:
 static const char **kind_keys(const struct pfs_source_ops *src)
 {
 	static const char *const pprof[] = {"services", "discover", NULL};
-	static const char *const api[] = {"url", "discover_every", NULL};
+	const char *const api[] = {src->url_key ? src->url_key : "url", "discover_every", NULL};
 	static const char *const windows[] = {"window", "range", NULL};
 	static const char *const settings[] = {"kind", SETTING_KEYS, NULL};
 	const char *const *lists[] = {settings, src->discover ? api : pprof,
@@ -563,13 +564,21 @@ static int parse_api(struct pfs_parser *p, json_t *obj, const char *where,
 	json_t *sub = json_object();
 	int rc;
 
+	const char *url_key = c->src->url_key ? c->src->url_key : "url";
+	char *url = NULL;
+
 	snprintf(field, sizeof field, "%s.", where);
 	for (const char *const *k = target_keys; *k; k++)
 		if (json_object_get(obj, *k))
 			json_object_set(sub, *k, json_object_get(obj, *k));
+	if (json_object_get(obj, url_key))
+		json_object_set(sub, "url", json_object_get(obj, url_key));
+	else if (c->src->default_url && (url = c->src->default_url(obj)))
+		json_object_set_new(sub, "url", json_string(url));
+	free(url);
 	if (!json_object_get(sub, "url")) {
 		json_decref(sub);
-		snprintf(field, sizeof field, "%s.url", where);
+		snprintf(field, sizeof field, "%s.%s", where, url_key);
 		return pfs_conf_fail(p, field, "is required for kind \"%s\"", kind);
 	}
 	rc = parse_target(p, sub, where, s, c->src->nats_url, &a->target);
@@ -581,15 +590,21 @@ static int parse_api(struct pfs_parser *p, json_t *obj, const char *where,
 	a->window = 3600;
 	a->range = 86400;
 	a->discover_every = 60;
+	if (pfs_conf_duration(p, obj, "discover_every", field, 0, DAY, &a->discover_every))
+		return -1;
+	if (!c->src->windows) {
+		a->window = 0;
+		goto own_keys;
+	}
 	if (pfs_conf_duration(p, obj, "window", field, 1, YEAR, &a->window) ||
-	    pfs_conf_duration(p, obj, "range", field, 1, 10 * YEAR, &a->range) ||
-	    pfs_conf_duration(p, obj, "discover_every", field, 0, DAY, &a->discover_every))
+	    pfs_conf_duration(p, obj, "range", field, 1, 10 * YEAR, &a->range))
 		return -1;
 	if (a->range < a->window || a->range / a->window > PFS_MAX_WINDOWS) {
 		snprintf(field, sizeof field, "%s.range", where);
 		return pfs_conf_fail(p, field, "must be from one to %d windows (window %gs)", PFS_MAX_WINDOWS,
 			    a->window);
 	}
+own_keys:
 	c->profiles = s->profiles;
 	c->cpu_seconds = s->cpu_seconds;
 	/* the kind's own keys */
@@ -633,7 +648,7 @@ static int parse_cluster(struct pfs_parser *p, const char *name, json_t *obj, co
 	if (!(c->src = pfs_source_find(kind))) {
 		snprintf(field, sizeof field, "%s.kind", where);
 		return pfs_conf_fail(p, field, "unknown source kind \"%s\" (supported: pprof, nats, pyroscope, "
-			    "parca, coroot)", kind);
+			    "parca, coroot, s3)", kind);
 	}
 	snprintf(field, sizeof field, "%s.", where);
 	const char **keys = kind_keys(c->src);
@@ -905,6 +920,7 @@ void pfs_target_free(struct pfs_target *t)
 	if (t->password)
 		explicit_bzero(t->password, strlen(t->password));
 	free(t->password);
+	free(t->aws_sigv4);
 	memset(t, 0, sizeof *t);
 }
 
@@ -937,6 +953,8 @@ void pfs_config_free(struct pfs_config *cfg)
 			pfs_target_free(&c->api.target);
 		free(c->api.label);
 		free(c->api.project);
+		free(c->api.bucket);
+		free(c->api.prefix);
 		free(c->api.email);
 		free(c->api.user);
 		if (c->api.password)

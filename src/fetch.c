@@ -4,6 +4,7 @@
 #include "config.h"
 #include "log.h"
 #include "mem.h"
+#include "s3xml.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -117,7 +118,11 @@ static CURL *make_easy(struct pfs_fetch *f)
 		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
 		curl_easy_setopt(e, CURLOPT_HEADERDATA, f);
 	}
-	if (t->username) {
+	if (t->aws_sigv4) { /* the key and secret sign the request */
+		curl_easy_setopt(e, CURLOPT_AWS_SIGV4, t->aws_sigv4);
+		curl_easy_setopt(e, CURLOPT_USERNAME, t->username);
+		curl_easy_setopt(e, CURLOPT_PASSWORD, t->password);
+	} else if (t->username) {
 		curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
 		curl_easy_setopt(e, CURLOPT_USERNAME, t->username);
 		curl_easy_setopt(e, CURLOPT_PASSWORD, t->password);
@@ -141,10 +146,14 @@ static void start_one(struct pfs_fetch *f)
 
 void pfs_http_error(char *out, size_t outlen, long status, const uint8_t *body, size_t len)
 {
-	char text[121];
+	char text[300];
 	size_t n = 0;
 
-	for (size_t i = 0; i < len && n < sizeof text - 1; i++) {
+	if (pfs_s3_error_text(body, len, text, sizeof text)) { /* S3's <Error> */
+		snprintf(out, outlen, "HTTP %ld, %s", status, text);
+		return;
+	}
+	for (size_t i = 0; i < len && n < 120; i++) {
 		uint8_t c = body[i];
 		if (c == '\n' || c == '\r')
 			break;

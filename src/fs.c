@@ -221,7 +221,9 @@ static int parse_path(const char *path, struct loc *l)
 			if (copy_part(l->file, sizeof l->file, part))
 				return -ENOENT;
 			if (l->node == N_LATEST) {
-				if ((l->slot = pfs_snap_file_index(l->service, part)) < 0)
+				/* a listed kind's (s3) names come with its listing */
+				if ((l->slot = pfs_snap_file_index(l->service, part)) < 0 &&
+				    !l->service->cluster->src->list)
 					return -ENOENT;
 				l->node = N_LATEST_FILE;
 			} else {
@@ -529,7 +531,7 @@ static int attr_of(struct loc *l, int flags, bool lookup, struct stat *st, doubl
 		/* a scrape round found has a file and no fetch in flight: its
 		 * time is fixed (retention's removal invalidates it); a window
 		 * once every fetch of it is done */
-		if (!rc && l->service->cluster->src->windows &&
+		if (!rc && (l->service->cluster->src->windows || l->service->cluster->src->list) &&
 		    !pfs_snap_round_frozen(l->service, l->round))
 			*timeout = DIR_TIMEOUT;
 		break;
@@ -550,7 +552,7 @@ static int attr_of(struct loc *l, int flags, bool lookup, struct stat *st, doubl
 			break; /* its content is fixed */
 		}
 		/* at lookup: which round latest is (fs_lookup pins the node to it) */
-		rc = pfs_snap_latest(l->service, l->slot, flags, round, &size, &t);
+		rc = pfs_snap_latest(l->service, l->file, flags, round, &size, &t);
 		memcpy(l->round, round, sizeof round);
 		*timeout = pfs_snap_latest_valid(l->service);
 		break;
@@ -803,7 +805,8 @@ static bool listing_due(struct loc *l, double *timeout)
 			due = left <= 0;
 			*timeout = min_d(*timeout, left);
 		}
-		if (due || c->src->windows) /* windows are fetched when read */
+		/* windows and listed kinds are fetched when read */
+		if (due || c->src->windows || c->src->list)
 			return due;
 		size_t n = pfs_cluster_services(c, &svcs);
 		for (size_t i = 0; i < n && !due; i++) {
@@ -827,6 +830,8 @@ static bool listing_due(struct loc *l, double *timeout)
 		/* listing windows fetches them: only a listing does */
 		if (l->service->cluster->src->windows)
 			return true;
+		if (l->node == N_ROUND && l->service->cluster->src->list) /* until final */
+			return !pfs_snap_round_frozen(l->service, l->round);
 		if (l->node == N_RANGE) { /* until a file's last input leaves the range
 					   * (arrivals: merged_changed) */
 			*timeout = min_d(*timeout, pfs_merged_listing_valid(l->service, l->range));

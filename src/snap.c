@@ -16,11 +16,15 @@
 #include <string.h>
 
 /* A slot is one file of one round: file i of the service is slot i. */
-enum slot_state { SLOT_EMPTY, SLOT_FETCHING, SLOT_READY, SLOT_FAILED, SLOT_ABSENT };
+enum slot_state { SLOT_EMPTY, SLOT_FETCHING, SLOT_READY, SLOT_FAILED, SLOT_ABSENT, SLOT_LISTED };
 
+/* Listed kinds (s3): a slot the upstream lists is SLOT_LISTED until it is
+ * fetched (when opened); `listed` keeps its listed size through fetches
+ * and failures. Their SLOT_EMPTY means not listed. */
 struct slot {
 	enum slot_state st;
 	off_t size;
+	off_t listed;
 	time_t failed_at;
 };
 
@@ -31,6 +35,9 @@ struct round {
 	time_t settled_at; /* when its last fetch finished, 0 if none did */
 	int pins;          /* readers waiting on it: prune leaves it */
 	bool from_disk;    /* an earlier mount's: files of targets found later may be there */
+	/* listed kinds: its files' listing, and what the rounds' listing said */
+	time_t listed_at;
+	bool listing, listed_ok, in_bucket, marked;
 	struct round *next; /* ascending time */
 };
 
@@ -44,6 +51,12 @@ struct pfs_svc_state {
 	size_t cap_targets;    /* of targets, active, stats (files: times per_target) */
 	void **retired;        /* arrays outgrown: a job in flight may point into them */
 	size_t n_retired;
+	/* listed kinds: the rounds' listing; files grow as listings name them */
+	time_t listed_at;
+	bool listing, listed_ok;
+	size_t cap_files;
+	bool warned_files;
+	char list_error[256]; /* the last listing error logged */
 };
 
 struct job_priv {
@@ -52,6 +65,7 @@ struct job_priv {
 	size_t size; /* of the snapshot being made durable */
 	char *gate;  /* cpu: the key of the process it profiles (cpugate.h) */
 	bool no_start_line; /* a cpu profile go build -pgo would reject */
+	off_t expect; /* listed kinds: the size the listing gave */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -71,6 +85,8 @@ void pfs_snap_set_hooks(pfs_snap_change_fn on_change, bool (*interrupted)(void),
 }
 
 static bool windowed(const struct pfs_service *s) { return s->cluster->src->windows; }
+static bool listed(const struct pfs_service *s) { return s->cluster->src->list != NULL; }
+static double list_wait(const struct pfs_service *s);
 
 /* ---- names and windows ---- */
 
@@ -148,6 +164,8 @@ static size_t per_target(const struct pfs_service *s)
  * room for every target it has room for (reserve() grows them all). */
 static size_t slot_room(const struct pfs_service *s)
 {
+	if (listed(s))
+		return s->state->cap_files ? s->state->cap_files : 1;
 	return s->discovered ? s->state->cap_targets * per_target(s) + 1
 			     : s->n_files ? s->n_files : 1;
 }
@@ -239,7 +257,7 @@ static time_t keep_from(const struct pfs_service *s, time_t now)
 {
 	double keep = g_cfg->retention;
 
-	if (windowed(s) && s->cluster->api.range + s->cluster->api.window > keep)
+	if ((windowed(s) || listed(s)) && s->cluster->api.range + s->cluster->api.window > keep)
 		keep = s->cluster->api.range + s->cluster->api.window;
 	return now - (time_t)keep;
 }
@@ -260,7 +278,7 @@ static void prune(struct pfs_service *s, time_t now)
 	while (*pp) {
 		struct round *r = *pp;
 		if (r->t >= from || (r == s->state->current && fresh(s, r, now)) || r->pins ||
-		    round_has(s, r, SLOT_FETCHING)) {
+		    r->listing || round_has(s, r, SLOT_FETCHING)) {
 			pp = &r->next;
 			continue;
 		}
@@ -306,6 +324,8 @@ static void on_cached_round(const char *cluster, const char *service, const char
 }
 
 static void learn_file(const char *file, void *arg);
+static void learn_listed_round(const char *cluster, const char *service, const char *round,
+			       void *arg);
 static void learn_round(const char *cluster, const char *service, const char *round, void *arg)
 {
 	struct pfs_service *s = arg;
@@ -325,6 +345,8 @@ void pfs_snap_service_init(struct pfs_service *s)
 	 * come back inactive, so those snapshots show as they were. */
 	if (s->discovered)
 		pfs_cache_rounds(s->cluster->name, s->name, learn_round, s);
+	else if (listed(s)) /* the names of the files it stored */
+		pfs_cache_rounds(s->cluster->name, s->name, learn_listed_round, s);
 	/* Rounds frozen by an earlier mount are served as they are (a
 	 * discovered service finds its own when it is discovered). */
 	pfs_cache_rounds(s->cluster->name, s->name, on_cached_round, s);
@@ -597,7 +619,11 @@ void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const 
 	char reason[512] = "", verr[256];
 
 	/* Called without g_lock, on a worker or a source's own thread. */
-	if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, g_cfg->max_raw_bytes, &jp->no_start_line,
+	if (rc == 0 && jp->expect && (off_t)gzlen != jp->expect) {
+		snprintf(reason, sizeof reason, "%zu bytes, listed as %lld: the object changed",
+			 gzlen, (long long)jp->expect);
+		rc = -1;
+	} else if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, g_cfg->max_raw_bytes, &jp->no_start_line,
 					     verr, sizeof verr)) {
 		snprintf(reason, sizeof reason, "invalid profile: %s", verr);
 		rc = -1;
@@ -675,6 +701,7 @@ static void start_slot_ex(struct pfs_service *s, struct round *r, int slot, time
 	jp = calloc(1, sizeof *jp);
 	jp->round = r;
 	jp->slot = slot;
+	jp->expect = listed(s) ? sl->listed : 0;
 	j->priv = jp;
 	j->svc = s;
 	j->file = &s->files[slot];
@@ -711,6 +738,8 @@ double pfs_snap_max_wait(const struct pfs_service *s)
 		if (t > w)
 			w = t;
 	}
+	if (listed(s) && list_wait(s) > w)
+		w = list_wait(s);
 	pthread_mutex_unlock(&g_lock);
 	return w + 5;
 }
@@ -719,19 +748,30 @@ double pfs_snap_max_wait(const struct pfs_service *s)
  * after its fetch timeout (every source finishes by then), checking for
  * an interrupt of the request that waits. The round is pinned meanwhile:
  * prune() leaves it. Without wait, -EAGAIN if it is in flight. */
-static int wait_slot(struct pfs_service *s, struct round *r, int slot, int flags)
+typedef bool (*busy_fn)(const struct pfs_service *s, const struct round *r, int slot);
+
+static bool slot_busy(const struct pfs_service *s, const struct round *r, int slot)
+{
+	(void)s;
+	return r->slots[slot].st == SLOT_FETCHING; /* slots may move: looked up each time */
+}
+
+/* Wait while busy(s, r, slot), at most `seconds` (r, if any, pinned). */
+static int wait_busy(struct pfs_service *s, struct round *r, int slot, busy_fn busy,
+		     double seconds, int flags)
 {
 	struct timespec dl, step;
 	int rc = 0;
 
-	if (r->slots[slot].st != SLOT_FETCHING)
+	if (!busy(s, r, slot))
 		return 0;
 	if (!(flags & PFS_SNAP_WAIT))
 		return -EAGAIN;
 	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += (time_t)slot_wait(s, slot) + 5;
-	r->pins++;
-	while (r->slots[slot].st == SLOT_FETCHING) {
+	dl.tv_sec += (time_t)seconds;
+	if (r)
+		r->pins++;
+	while (busy(s, r, slot)) {
 		clock_gettime(CLOCK_MONOTONIC, &step);
 		if (step.tv_sec > dl.tv_sec || (step.tv_sec == dl.tv_sec && step.tv_nsec >= dl.tv_nsec))
 			break;
@@ -746,8 +786,14 @@ static int wait_slot(struct pfs_service *s, struct round *r, int slot, int flags
 		}
 		pthread_cond_timedwait(&g_cond, &g_lock, &step);
 	}
-	r->pins--;
+	if (r)
+		r->pins--;
 	return rc;
+}
+
+static int wait_slot(struct pfs_service *s, struct round *r, int slot, int flags)
+{
+	return wait_busy(s, r, slot, slot_busy, slot_wait(s, slot) + 5, flags);
 }
 
 static int wait_round(struct pfs_service *s, struct round *r, int flags)
@@ -780,6 +826,322 @@ void pfs_snap_say_cpu(const char *what, size_t n, double seconds)
 			 n, n == 1 ? "" : "s", seconds);
 }
 
+/* ---- listed kinds (s3): rounds and files as the upstream lists them ---- */
+
+#define MAX_LISTED_FILES 1024 /* names per service */
+#define LIST_WAIT_FACTOR 4    /* a listing of pages: up to 4 timeouts */
+
+static double list_wait(const struct pfs_service *s)
+{
+	return s->cluster->api.target.timeout * LIST_WAIT_FACTOR + 5;
+}
+
+/* Room for `need` files. Jobs in flight point into files without g_lock:
+ * an outgrown array is kept until the service is freed. */
+static void reserve_files(struct pfs_service *s, size_t need)
+{
+	struct pfs_svc_state *st = s->state;
+	size_t cap = st->cap_files;
+
+	if (need <= cap)
+		return;
+	cap = cap ? cap * 2 : 8;
+	cap = cap < need ? need : cap;
+	struct pfs_file *files = calloc(cap, sizeof *files);
+	if (s->n_files)
+		memcpy(files, s->files, s->n_files * sizeof *files);
+	st->retired = realloc(st->retired, (st->n_retired + 1) * sizeof *st->retired);
+	st->retired[st->n_retired++] = s->files;
+	__atomic_store_n(&s->files, files, __ATOMIC_RELEASE);
+	st->cap_files = cap;
+	for (struct round *r = st->rounds; r; r = r->next) {
+		r->slots = realloc(r->slots, cap * sizeof *r->slots);
+		memset(r->slots + s->n_files, 0, (cap - s->n_files) * sizeof *r->slots);
+	}
+}
+
+/* A file name a listing may give: "<type>[.<more>].pb.gz", a safe path
+ * component. */
+static bool listable(const char *name)
+{
+	size_t n = strlen(name);
+
+	return n > 6 && n < sizeof(((struct pfs_file *)0)->name) && name[0] != '.' &&
+	       strcmp(name + n - 6, ".pb.gz") == 0 && pfs_name_is_safe(name);
+}
+
+/* The index of a listed file name, added if new (-1: over the bound). */
+static int listed_file(struct pfs_service *s, const char *name)
+{
+	int i = file_index(s, name);
+
+	if (i >= 0)
+		return i;
+	if (s->n_files >= MAX_LISTED_FILES) {
+		if (!s->state->warned_files)
+			pfs_warn("%s/%s: more than %d file names; %s and others are left out",
+				 s->cluster->name, s->name, MAX_LISTED_FILES, name);
+		s->state->warned_files = true;
+		return -1;
+	}
+	reserve_files(s, s->n_files + 1);
+	struct pfs_file *f = &s->files[s->n_files];
+	memset(f, 0, sizeof *f);
+	snprintf(f->name, sizeof f->name, "%s", name);
+	memcpy(f->key, f->name, sizeof f->key);
+	/* the merge key is the type: "heap" of heap.<instance>.pb.gz */
+	snprintf(f->merge_key, sizeof f->merge_key, "%.*s", (int)strcspn(name, "."), name);
+	snprintf(f->pretty, sizeof f->pretty, "%s", f->merge_key);
+	f->profile = -1;
+	for (int k = 0; k < PFS_NPROFILES; k++)
+		if (strcmp(f->merge_key, pfs_profile_names[k]) == 0)
+			f->profile = k;
+	__atomic_store_n(&s->n_files, s->n_files + 1, __ATOMIC_RELEASE);
+	return (int)s->n_files - 1;
+}
+
+static void learn_listed(const char *file, void *arg)
+{
+	if (listable(file))
+		listed_file(arg, file);
+}
+
+static void learn_listed_round(const char *cluster, const char *service, const char *round,
+			       void *arg)
+{
+	pfs_cache_files(cluster, service, round, learn_listed, arg);
+}
+
+/* A slot the upstream lists (or that is on disk already). */
+static bool present(const struct slot *sl)
+{
+	return sl->st == SLOT_READY || (sl->listed > 0 && sl->st != SLOT_ABSENT && sl->st != SLOT_EMPTY);
+}
+
+static bool rounds_busy(const struct pfs_service *s, const struct round *r, int slot)
+{
+	(void)r, (void)slot;
+	return s->state->listing;
+}
+
+static bool files_busy(const struct pfs_service *s, const struct round *r, int slot)
+{
+	(void)s, (void)slot;
+	return r->listing;
+}
+
+/* Start listing the rounds (r NULL) or r's files, if that is due: never
+ * listed, older than list_ttl, failed longer than retry_after ago. A
+ * round listed once it was older than settle is final. */
+static void start_list(struct pfs_service *s, struct round *r, time_t now, int flags)
+{
+	struct pfs_svc_state *st = s->state;
+	const struct pfs_api *a = &s->cluster->api;
+	time_t at = r ? r->listed_at : st->listed_at;
+	bool ok = r ? r->listed_ok : st->listed_ok, *busy = r ? &r->listing : &st->listing;
+
+	if (*busy || g_draining)
+		return;
+	if (at && now >= at) {
+		if (r && ok && at - r->t >= (time_t)a->settle)
+			return;
+		if (ok ? now - at < (time_t)a->list_ttl
+		       : (flags & PFS_SNAP_NO_RETRY) || now - at < (time_t)g_cfg->retry_after)
+			return;
+	}
+	*busy = true;
+	if (r)
+		r->pins++; /* prune leaves it until the answer */
+	s->cluster->src->list(s, r ? r->name : NULL);
+}
+
+/* Shown: on disk already, or listed and complete (a .complete marker, a
+ * newer round listed, or older than settle). */
+static bool shown(const struct pfs_service *s, const struct round *r, time_t now)
+{
+	if (round_has(s, r, SLOT_READY))
+		return true;
+	if (!r->in_bucket)
+		return false;
+	if (r->marked || now - r->t >= (time_t)s->cluster->api.settle)
+		return true;
+	for (const struct round *q = r->next; q; q = q->next)
+		if (q->in_bucket)
+			return true;
+	return false;
+}
+
+/* The rounds listed (waiting for a listing in flight). -EIO if no listing
+ * ever answered. The newest round, too young to be complete by its age,
+ * has its files listed: a .complete marker shows it. */
+static int list_rounds_now(struct pfs_service *s, int flags)
+{
+	time_t now = time(NULL);
+	struct round *newest = NULL;
+	int rc;
+
+	start_list(s, NULL, now, flags);
+	if ((rc = wait_busy(s, NULL, 0, rounds_busy, list_wait(s), flags)))
+		return rc;
+	if (!s->state->listed_ok && !s->state->rounds)
+		return -EIO; /* the failure is logged */
+	for (struct round *r = s->state->rounds; r; r = r->next)
+		if (r->in_bucket)
+			newest = r;
+	if (newest && !shown(s, newest, now) && !newest->listed_ok) {
+		start_list(s, newest, now, flags);
+		rc = wait_busy(s, newest, 0, files_busy, list_wait(s), flags);
+	}
+	return rc;
+}
+
+/* A shown round, its files listed: -ENOENT if there is none such, -EIO if
+ * its files were never listed (logged). */
+static int listed_round(struct pfs_service *s, const char *name, bool files, int flags,
+			struct round **out)
+{
+	struct round *r;
+	int rc;
+
+	*out = NULL;
+	if ((rc = list_rounds_now(s, flags)))
+		return rc;
+	if (!(r = find_round(s, name)) || !shown(s, r, time(NULL)))
+		return -ENOENT;
+	if (files) {
+		start_list(s, r, time(NULL), flags);
+		if ((rc = wait_busy(s, r, 0, files_busy, list_wait(s), flags)))
+			return rc;
+		if (!r->listed_ok && !round_has(s, r, SLOT_READY))
+			return -EIO;
+	}
+	*out = r;
+	return 0;
+}
+
+static struct round *newest_shown(struct pfs_service *s, time_t now)
+{
+	struct round *n = NULL;
+
+	for (struct round *r = s->state->rounds; r; r = r->next)
+		if (shown(s, r, now))
+			n = r;
+	return n;
+}
+
+/* Size and mtime of a listed file; its cache file (fetched first) if fd. */
+static int listed_slot(struct pfs_service *s, struct round *r, int slot, int flags, off_t *size,
+		       time_t *mtime, int *fd)
+{
+	int rc;
+
+	if (slot < 0 || !present(&r->slots[slot]))
+		return -ENOENT;
+	if (fd) {
+		start_slot_ex(s, r, slot, time(NULL), flags);
+		if ((rc = wait_slot(s, r, slot, flags)))
+			return rc;
+		if (r->slots[slot].st != SLOT_READY)
+			return -EIO; /* logged */
+		if ((*fd = open_slot(s, r, slot)) < 0)
+			return *fd;
+	}
+	*size = r->slots[slot].st == SLOT_READY ? r->slots[slot].size : r->slots[slot].listed;
+	*mtime = r->t;
+	return 0;
+}
+
+static void apply_rounds(struct pfs_service *s, const struct pfs_listed *e, size_t n, time_t now)
+{
+	time_t from = now - (time_t)s->cluster->api.range, t;
+
+	for (struct round *r = s->state->rounds; r; r = r->next)
+		r->in_bucket = false;
+	for (size_t i = 0; i < n; i++)
+		if (parse_round(e[i].name, &t) == 0 && t >= from && t <= now + 86400)
+			get_round(s, t)->in_bucket = true;
+}
+
+static void apply_files(struct pfs_service *s, struct round *r, const struct pfs_listed *e,
+			size_t n)
+{
+	bool *seen = calloc(MAX_LISTED_FILES + 1, sizeof *seen);
+
+	r->marked = false;
+	for (size_t k = 0; k < n; k++) {
+		int i;
+		if (strcmp(e[k].name, ".complete") == 0) {
+			r->marked = true;
+			continue;
+		}
+		if (e[k].size <= 0 || !listable(e[k].name) || (i = listed_file(s, e[k].name)) < 0)
+			continue; /* an empty object is no profile */
+		struct slot *sl = &r->slots[i];
+		seen[i] = true;
+		if (sl->st == SLOT_READY && sl->size != e[k].size)
+			pfs_warn("%s/%s/%s/%s: listed as %lld bytes, %lld fetched before: serving "
+				 "what was fetched", s->cluster->name, s->name, r->name, e[k].name,
+				 (long long)e[k].size, (long long)sl->size);
+		if (sl->st != SLOT_FETCHING) /* its job compares against the old one */
+			sl->listed = e[k].size;
+		if (sl->st == SLOT_EMPTY || sl->st == SLOT_ABSENT)
+			sl->st = SLOT_LISTED;
+	}
+	for (size_t i = 0; i < s->n_files; i++)
+		if (!seen[i] && r->slots[i].st == SLOT_LISTED) {
+			r->slots[i].st = SLOT_EMPTY; /* gone from the bucket */
+			r->slots[i].listed = 0;
+		}
+	free(seen);
+}
+
+void pfs_snap_listed(struct pfs_service *s, const char *round, const struct pfs_listed *e,
+		     size_t n, const char *err)
+{
+	struct pfs_svc_state *st = s->state;
+	time_t now = time(NULL);
+	bool say = false, again = false;
+	char what[512];
+
+	pthread_mutex_lock(&g_lock);
+	struct round *r = round ? find_round(s, round) : NULL; /* pinned: still there */
+	if (round && !r) {
+		pthread_mutex_unlock(&g_lock);
+		return;
+	}
+	if (!err) {
+		if (r)
+			apply_files(s, r, e, n);
+		else
+			apply_rounds(s, e, n, now);
+		again = st->list_error[0] != '\0';
+		st->list_error[0] = '\0';
+	} else if (strcmp(st->list_error, err)) {
+		snprintf(st->list_error, sizeof st->list_error, "%s", err);
+		say = true;
+	}
+	if (r) {
+		r->listing = false;
+		r->listed_at = now;
+		r->listed_ok = r->listed_ok || !err;
+		r->pins--;
+	} else {
+		st->listing = false;
+		st->listed_at = now;
+		st->listed_ok = st->listed_ok || !err;
+	}
+	pthread_cond_broadcast(&g_cond);
+	pthread_mutex_unlock(&g_lock);
+	snprintf(what, sizeof what, "%s/%s%s%s", s->cluster->name, s->name, round ? "/" : "",
+		 round ? round : "");
+	if (say)
+		pfs_err("list %s failed: %s", what, err);
+	else if (again)
+		pfs_info("list %s works again", what);
+	if (g_on_change)
+		g_on_change(s);
+}
+
 /* ---- listing ---- */
 
 int pfs_snap_list_rounds(struct pfs_service *s, int flags, bool settle, pfs_snap_round_fn fn,
@@ -790,7 +1152,12 @@ int pfs_snap_list_rounds(struct pfs_service *s, int flags, bool settle, pfs_snap
 	int rc = 0;
 
 	pthread_mutex_lock(&g_lock);
-	if (windowed(s)) {
+	if (listed(s)) {
+		if (!(rc = list_rounds_now(s, flags)))
+			for (struct round *r = s->state->rounds; r; r = r->next)
+				if (shown(s, r, now))
+					fn(r->name, r->t, arg);
+	} else if (windowed(s)) {
 		time_t w = (time_t)s->cluster->api.window;
 		for (time_t t = oldest_window(s, now, 0); t <= newest_window(s, now); t += w) {
 			format_round(t, name);
@@ -826,6 +1193,13 @@ int pfs_snap_list_files(struct pfs_service *s, const char *round, int flags, pfs
 	int rc;
 
 	pthread_mutex_lock(&g_lock);
+	if (listed(s)) {
+		if (!(rc = listed_round(s, round, true, flags, &r)))
+			for (size_t i = 0; i < s->n_files; i++)
+				if (present(&r->slots[i]))
+					fn(s->files[i].name, arg);
+		goto out;
+	}
 	if ((rc = settled_round(s, round, flags, &r)))
 		goto out;
 	rc = r && (windowed(s) || round_has(s, r, SLOT_READY)) ? 0 : -ENOENT;
@@ -848,6 +1222,14 @@ int pfs_snap_stat_fd(struct pfs_service *s, const char *round, const char *file,
 {
 	int slot = pfs_snap_file_index(s, file), rc = -ENOENT;
 
+	if (listed(s)) {
+		struct round *r;
+		pthread_mutex_lock(&g_lock);
+		if (!(rc = listed_round(s, round, true, flags, &r)))
+			rc = listed_slot(s, r, file_index(s, file), flags, size, mtime, fd);
+		pthread_mutex_unlock(&g_lock);
+		return rc;
+	}
 	if (slot < 0)
 		return -ENOENT;
 	pthread_mutex_lock(&g_lock);
@@ -878,6 +1260,12 @@ bool pfs_snap_round_frozen(struct pfs_service *s, const char *round)
 
 	pthread_mutex_lock(&g_lock);
 	struct round *r = windowed(s) ? find_round(s, round) : lookup_round(s, round);
+	if (listed(s)) { /* its files' listing is final */
+		frozen = r && shown(s, r, time(NULL)) && r->listed_ok &&
+			 r->listed_at - r->t >= (time_t)s->cluster->api.settle;
+		pthread_mutex_unlock(&g_lock);
+		return frozen;
+	}
 	frozen = r && !round_has(s, r, SLOT_FETCHING) &&
 		 (windowed(s) ? !round_has(s, r, SLOT_EMPTY) && !round_has(s, r, SLOT_FAILED)
 			      : round_has(s, r, SLOT_READY) &&
@@ -891,6 +1279,13 @@ int pfs_snap_round_time(struct pfs_service *s, const char *round, int flags, tim
 	int rc = 0;
 
 	pthread_mutex_lock(&g_lock);
+	if (listed(s)) {
+		struct round *lr;
+		if (!(rc = listed_round(s, round, false, flags, &lr)))
+			*t = lr->t;
+		pthread_mutex_unlock(&g_lock);
+		return rc;
+	}
 	struct round *r = lookup_round(s, round);
 	if (r && !windowed(s))
 		rc = wait_round(s, r, flags);
@@ -907,7 +1302,10 @@ time_t pfs_snap_latest_time(struct pfs_service *s)
 	time_t t;
 
 	pthread_mutex_lock(&g_lock);
-	if (windowed(s))
+	if (listed(s)) {
+		struct round *r = newest_shown(s, time(NULL));
+		t = r ? r->t : 0;
+	} else if (windowed(s))
 		t = newest_window(s, time(NULL));
 	else
 		t = s->state->current ? s->state->current->t : 0;
@@ -973,7 +1371,26 @@ size_t pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t sinc
 
 	*out = NULL;
 	pthread_mutex_lock(&g_lock);
-	if (windowed(s)) {
+	if (listed(s) && list_rounds_now(s, PFS_SNAP_WAIT) == 0) {
+		/* every shown round in range listed, then its files fetched */
+		for (int pass = 0; pass < 4; pass++)
+			for (struct round *r = s->state->rounds; r; r = r->next) {
+				if (r->t < since || !shown(s, r, now))
+					continue;
+				if (pass == 0)
+					start_list(s, r, now, 0);
+				else if (pass == 1)
+					wait_busy(s, r, 0, files_busy, list_wait(s), PFS_SNAP_WAIT);
+				for (size_t i = 0; pass >= 2 && i < s->n_files; i++) {
+					if (!present(&r->slots[i]) || strcmp(s->files[i].merge_key, merge_key))
+						continue;
+					if (pass == 2)
+						start_slot(s, r, (int)i, now);
+					else
+						wait_slot(s, r, (int)i, PFS_SNAP_WAIT);
+				}
+			}
+	} else if (windowed(s)) {
 		time_t w = (time_t)s->cluster->api.window;
 		for (int pass = 0; pass < 2; pass++)
 			for (time_t t = oldest_window(s, now, since); t <= newest_window(s, now); t += w) {
@@ -1008,13 +1425,27 @@ size_t pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t sinc
 
 /* ---- latest ---- */
 
-int pfs_snap_latest(struct pfs_service *s, int slot, int flags, char round[PFS_ROUND_NAME_MAX],
-		    off_t *size, time_t *mtime)
+int pfs_snap_latest(struct pfs_service *s, const char *file, int flags,
+		    char round[PFS_ROUND_NAME_MAX], off_t *size, time_t *mtime)
 {
 	time_t now = time(NULL);
-	int rc;
+	int rc, slot;
 
 	pthread_mutex_lock(&g_lock);
+	if (listed(s)) {
+		struct round *lr = NULL;
+		if (!(rc = list_rounds_now(s, flags)) && !(lr = newest_shown(s, now)))
+			rc = -ENOENT;
+		if (!rc && !(rc = listed_round(s, lr->name, true, flags, &lr))) {
+			memcpy(round, lr->name, PFS_ROUND_NAME_MAX);
+			rc = listed_slot(s, lr, file_index(s, file), flags, size, mtime, NULL);
+		}
+		goto out;
+	}
+	if ((slot = file_index(s, file)) < 0) {
+		rc = -ENOENT;
+		goto out;
+	}
 	struct round *r = latest_round(s, now);
 	start_slot_ex(s, r, slot, now, flags);
 	memcpy(round, r->name, PFS_ROUND_NAME_MAX);
@@ -1040,8 +1471,12 @@ int pfs_snap_slot(struct pfs_service *s, const char *round, int slot, int flags,
 
 	pthread_mutex_lock(&g_lock);
 	struct round *r = find_round(s, round);
-	if (!r) {
+	if (!r || slot < 0 || (size_t)slot >= s->n_files) {
 		rc = -ENOENT;
+		goto out;
+	}
+	if (listed(s)) {
+		rc = listed_slot(s, r, slot, flags, size, mtime, fd);
 		goto out;
 	}
 	if ((rc = wait_slot(s, r, slot, flags)))
@@ -1071,8 +1506,8 @@ int pfs_snap_latest_key(struct pfs_service *s, const char *merge_key, int flags)
 	bool ready = false, failed = false;
 	int rc = 0;
 
-	if (windowed(s))
-		return -ENOENT; /* pfs_snap_inputs fetches windows */
+	if (windowed(s) || listed(s))
+		return -ENOENT; /* pfs_snap_inputs fetches windows and listed files */
 	pthread_mutex_lock(&g_lock);
 	struct round *r = latest_round(s, now);
 	for (size_t i = 0; i < s->n_files; i++)
@@ -1093,8 +1528,8 @@ size_t pfs_snap_latest_start(struct pfs_service *s, int flags)
 	time_t now = time(NULL);
 	size_t cpu;
 
-	if (windowed(s))
-		return 0; /* windows are fetched when read */
+	if (windowed(s) || listed(s))
+		return 0; /* windows and listed files are fetched when read */
 	pthread_mutex_lock(&g_lock);
 	cpu = start_round(s, latest_round(s, now), now, flags);
 	pthread_mutex_unlock(&g_lock);
@@ -1107,6 +1542,16 @@ int pfs_snap_latest_all(struct pfs_service *s, int flags, pfs_snap_file_fn fn, v
 	int rc;
 
 	pthread_mutex_lock(&g_lock);
+	if (listed(s)) {
+		struct round *lr = NULL;
+		if (!(rc = list_rounds_now(s, flags)) && (lr = newest_shown(s, now)) &&
+		    !(rc = listed_round(s, lr->name, true, flags, &lr)))
+			for (size_t i = 0; i < s->n_files; i++)
+				if (present(&lr->slots[i]))
+					fn(s->files[i].name, arg);
+		pthread_mutex_unlock(&g_lock);
+		return rc;
+	}
 	struct round *r = latest_round(s, now);
 	char what[512];
 	snprintf(what, sizeof what, "%s/%s", s->cluster->name, s->name);

@@ -17,11 +17,11 @@
 #include <string.h>
 
 extern const struct pfs_source_ops pfs_source_pprof, pfs_source_nats, pfs_source_pyroscope,
-	pfs_source_parca, pfs_source_coroot;
+	pfs_source_parca, pfs_source_coroot, pfs_source_s3;
 
 static const struct pfs_source_ops *const g_kinds[] = {
 	&pfs_source_pprof, &pfs_source_nats, &pfs_source_pyroscope, &pfs_source_parca,
-	&pfs_source_coroot,
+	&pfs_source_coroot, &pfs_source_s3,
 };
 
 const struct pfs_source_ops *pfs_source_find(const char *kind)

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import PROFILES, config_for
+from conftest import PROFILES, config_for, pprof_top
 from test_core import round_dirs
 
 
@@ -51,3 +51,47 @@ def test_collector_sync_into_swift(goapp, mount, swift, tmp_path):
     # and the server checks signatures (npm's s3rver does not)
     r = swift.aws("ls", "s3://profiles/", AWS_SECRET_ACCESS_KEY="wrong")
     assert r.returncode != 0 and "SignatureDoesNotMatch" in r.stderr
+
+
+def s3_cluster(swift, bucket="profiles", **over):
+    c = {"kind": "s3", "endpoint": swift.url, "bucket": bucket, "region": swift.REGION,
+         "access_key_id": swift.ACCESS, "secret_access_key": swift.SECRET, "settle": "1s"}
+    c.update(over)
+    return c
+
+
+def collect(goapp, mount, swift, services=("app",), bucket="profiles"):
+    """The collector host: a mount of Go targets, synced into the bucket."""
+    apps = {name: [goapp().base] for name in services}
+    m = mount(config_for(apps), name="collector")
+    assert swift.aws("mb", f"s3://{bucket}").returncode == 0
+    for name in services:  # a round per service
+        os.listdir(m.path / "local" / name)
+    r = swift.aws("sync", f"{m.path}/", f"s3://{bucket}/", "--exclude", "*/latest/*")
+    assert r.returncode == 0, r.stderr
+    return m
+
+
+def tree(root):
+    """Every file under root (latest/ and merged/ left out): path -> (size, mtime, bytes)."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in ("latest", "merged")]
+        for f in files:
+            p = os.path.join(dirpath, f)
+            st = os.stat(p)
+            out[os.path.relpath(p, root)] = (st.st_size, int(st.st_mtime), open(p, "rb").read())
+    return out
+
+
+def test_workstation_mount_is_the_collectors(goapp, mount, swift, tmp_path):
+    col = collect(goapp, mount, swift, services=("api", "web"))
+    ws = mount({"clusters": {"local": s3_cluster(swift)}}, name="workstation")
+    want = tree(col.path / "local")
+    got = tree(ws.path / "local")
+    assert sorted(got) == sorted(want) and len(want) == 2 * len(PROFILES)
+    for k in want:
+        assert got[k] == want[k], k
+    for k in want:
+        pprof_top(ws.path / "local" / k)
+    assert ws.error_lines() == []
