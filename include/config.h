@@ -25,6 +25,7 @@ extern const char *const pfs_profile_names[PFS_NPROFILES];
 struct pfs_svc_state; /* snap.c */
 struct pfs_source_ops; /* source.h */
 struct pfs_discovery; /* discovery.h */
+struct pfs_upload; /* upload.h */
 
 struct pfs_target {
 	char *name;      /* safe path component, unique within its service */
@@ -103,6 +104,7 @@ struct pfs_cluster {
 	struct pfs_file *types; /* API sources: the files every service has */
 	size_t n_types;
 	time_t discovered_at;
+	bool discover_failed; /* the last discovery failed (lock) */
 	struct pfs_discovery *discovery; /* pprof: targets discovered, not listed */
 };
 
@@ -133,6 +135,7 @@ struct pfs_config {
 	size_t n_merged;
 	struct pfs_cluster *clusters;
 	size_t n_clusters;
+	struct pfs_upload *upload; /* snapshots put into a bucket (or NULL) */
 };
 
 /* Load and validate. On error returns -1 and writes one line naming the

@@ -18,6 +18,7 @@ struct pfs_fetch {
 	const uint8_t *post;             /* POST this body (NULL: GET) */
 	size_t post_len;
 	const char *content_type;        /* of the POST body */
+	const char *method;              /* "PUT" (of post), "HEAD"; NULL: GET or POST */
 	/* If set, called with each response header line. */
 	void (*on_header)(const char *line, size_t len, void *arg);
 	void *header_arg;

@@ -142,7 +142,8 @@ void pfs_label_selector(const char *label, const char *value, char *out, size_t 
  * bytes that do not decode: validation reports those). */
 int pfs_gz_profile_is_empty(const uint8_t *gz, size_t len);
 /* Run discovery if the cluster's kind has it and the last run is older
- * than `max_age` seconds (errors logged once per run). */
-void pfs_cluster_refresh(struct pfs_cluster *c, double max_age);
+ * than `max_age` seconds (errors logged once per run). -1 if the last run
+ * failed (this one, or the last one when none was due). */
+int pfs_cluster_refresh(struct pfs_cluster *c, double max_age);
 
 #endif

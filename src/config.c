@@ -7,6 +7,7 @@
 #include "log.h"
 #include "names.h"
 #include "source.h"
+#include "upload.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -748,7 +749,7 @@ static int parse_top(struct pfs_parser *p, json_t *root, struct pfs_config *cfg)
 	static const char *const keys[] = {"cache_dir", "retention", "latest_ttl", "retry_after",
 					   "max_profile_bytes", "max_profile_raw_bytes", "max_memory",
 					   "decode_threads", "max_connections", "max_host_connections",
-					   "merged", "clusters", SETTING_KEYS, NULL};
+					   "merged", "clusters", "upload", SETTING_KEYS, NULL};
 	struct pfs_settings s = {.timeout = 10, .cpu_seconds = 10, .profiles = ALL_PROFILES};
 	const char *cache_dir = NULL, *cname;
 	json_t *clusters, *cv, *mb;
@@ -812,6 +813,9 @@ static int parse_top(struct pfs_parser *p, json_t *root, struct pfs_config *cfg)
 		    parse_cluster(p, cname, cv, field, &s, c))
 			goto out;
 	}
+	if (json_object_get(root, "upload") &&
+	    pfs_upload_parse(p, json_object_get(root, "upload"), &s, cfg))
+		goto out;
 	rc = 0;
 out:
 	json_decref(s.headers);
@@ -939,6 +943,7 @@ static void free_service(struct pfs_service *s)
 
 void pfs_config_free(struct pfs_config *cfg)
 {
+	pfs_upload_free(cfg);
 	for (size_t i = 0; i < cfg->n_clusters; i++) {
 		struct pfs_cluster *c = &cfg->clusters[i];
 		for (size_t j = 0; j < c->n_services; j++)

@@ -97,6 +97,10 @@ static CURL *make_easy(struct pfs_fetch *f)
 		curl_easy_setopt(e, CURLOPT_POSTFIELDS, f->post);
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)f->post_len);
 	}
+	if (f->method && strcmp(f->method, "HEAD") == 0)
+		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+	else if (f->method) /* libcurl signs (SigV4) with this method too */
+		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, f->method);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, f->timeout_ms);

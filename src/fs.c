@@ -714,9 +714,14 @@ static int list_dir(struct loc *l, int flags, bool quiet, struct listing *d)
 	case N_CLUSTER: {
 		struct pfs_service **svcs;
 		size_t n;
-		if (!quiet)
-			pfs_cluster_refresh(l->cluster, l->cluster->api.discover_every);
+		bool failed = !quiet && pfs_cluster_refresh(l->cluster, l->cluster->api.discover_every);
 		n = pfs_cluster_services(l->cluster, &svcs);
+		/* a bucket's tree (s3) that could never be listed is no empty
+		 * tree: an rsync --delete of it would delete everything */
+		if (failed && n == 0 && l->cluster->src->list) {
+			free(svcs);
+			return -EIO;
+		}
 		size_t cpu = 0;
 		double secs = 0;
 		for (size_t i = 0; i < n; i++) {

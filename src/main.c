@@ -5,6 +5,7 @@
 #include "fs.h"
 #include "log.h"
 #include "snap.h"
+#include "upload.h"
 
 #include "cache.h"
 #include "mem.h"
@@ -174,7 +175,7 @@ static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_ar
 	    pfs_cache_committer_start() ||
 	    pfs_fetcher_start(cfg->max_connections, cfg->max_host_connections) || pfs_fs_setup(cfg) || pfs_snap_sweeper_start() ||
 	    /* after the fork; a fresh mount shows what discovery found */
-	    pfs_discovery_start(cfg, 5)) {
+	    pfs_discovery_start(cfg, 5) || pfs_upload_start(cfg)) {
 		pfs_err("cannot start (signal handlers or threads)");
 		goto out_unmount; /* threads started are ended with the process */
 	}
@@ -205,6 +206,7 @@ static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_ar
 	pfs_fetcher_stop(); /* fails what is in flight: their jobs go to the pool */
 	pfs_work_stop();    /* which finishes them */
 	pfs_cache_committer_stop(); /* and commits what they stored */
+	pfs_upload_stop(); /* which it may still upload */
 	pfs_fs_teardown();
 	goto out_destroy;
 out_unmount:

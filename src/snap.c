@@ -8,6 +8,7 @@
 #include "names.h"
 #include "pprof.h"
 #include "source.h"
+#include "upload.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -588,10 +589,16 @@ static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason)
 		snprintf(ts->last_error, sizeof ts->last_error, "%s", reason);
 		snprintf(ts->last_error_file, sizeof ts->last_error_file, "%s", file);
 	}
+	/* a settled round with a file: the uploader's (upload.h) */
+	bool upload = !listed(s) && !round_has(s, r, SLOT_FETCHING) && round_has(s, r, SLOT_READY);
+	char round[PFS_ROUND_NAME_MAX];
+	memcpy(round, r->name, sizeof round);
 	pthread_cond_broadcast(&g_cond);
 	pthread_mutex_unlock(&g_lock);
 	if (g_on_change)
 		g_on_change(s);
+	if (upload)
+		pfs_upload_round(s, round);
 
 	char *gate = jp->gate;
 	free(j->post);
@@ -945,8 +952,11 @@ static void start_list(struct pfs_service *s, struct round *r, time_t now, int f
 	if (at && now >= at) {
 		if (r && ok && at - r->t >= (time_t)a->settle)
 			return;
-		if (ok ? now - at < (time_t)a->list_ttl
-		       : (flags & PFS_SNAP_NO_RETRY) || now - at < (time_t)g_cfg->retry_after)
+		/* a parked request asks again once the listing it waited for
+		 * answered: it takes that answer (and never lists in a loop) */
+		if ((flags & PFS_SNAP_NO_RETRY) || now - at < 1)
+			return;
+		if (ok ? now - at < (time_t)a->list_ttl : now - at < (time_t)g_cfg->retry_after)
 			return;
 	}
 	*busy = true;
@@ -988,7 +998,7 @@ static int list_rounds_now(struct pfs_service *s, int flags)
 	for (struct round *r = s->state->rounds; r; r = r->next)
 		if (r->in_bucket)
 			newest = r;
-	if (newest && !shown(s, newest, now) && !newest->listed_ok) {
+	if (newest && !shown(s, newest, now)) { /* again after list_ttl */
 		start_list(s, newest, now, flags);
 		rc = wait_busy(s, newest, 0, files_busy, list_wait(s), flags);
 	}

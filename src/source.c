@@ -201,23 +201,34 @@ struct pfs_service *pfs_cluster_add_discovered(struct pfs_cluster *c, const char
 	return add_service(c, upstream, upstream, NULL, 0, true);
 }
 
-void pfs_cluster_refresh(struct pfs_cluster *c, double max_age)
+int pfs_cluster_refresh(struct pfs_cluster *c, double max_age)
 {
 	char err[512] = "";
 	time_t now = time(NULL);
+	bool failed;
 
 	if (!c->src->discover)
-		return;
+		return 0;
 	pthread_mutex_lock(&c->discovering); /* a slow one holds up only its cluster */
 	pthread_mutex_lock(&c->lock);
 	bool due = !c->discovered_at || now - c->discovered_at >= (time_t)max_age;
 	if (due)
 		c->discovered_at = now;
 	pthread_mutex_unlock(&c->lock);
-	if (due && c->src->discover(c, err, sizeof err))
-		pfs_err("discover %s (%s at %s) failed: %s", c->name, c->src->kind,
-			c->api.target.log_url, err);
+	if (due) {
+		failed = c->src->discover(c, err, sizeof err) != 0;
+		if (failed)
+			pfs_err("discover %s (%s at %s) failed: %s", c->name, c->src->kind,
+				c->api.target.log_url, err);
+		pthread_mutex_lock(&c->lock);
+		c->discover_failed = failed;
+		pthread_mutex_unlock(&c->lock);
+	}
+	pthread_mutex_lock(&c->lock);
+	failed = c->discover_failed;
+	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_unlock(&c->discovering);
+	return failed ? -1 : 0;
 }
 
 /* ---- HTTP ---- */

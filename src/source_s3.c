@@ -10,18 +10,15 @@
 
 #include "confparse.h"
 #include "log.h"
+#include "s3.h"
 #include "s3xml.h"
 #include "snap.h"
 #include "work.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-/* SHA-256 of an empty body: what GET and list requests carry */
-#define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 #define MAX_PAGES 1000      /* of one listing */
 #define MAX_ENTRIES 100000  /* names in one listing */
 #define PAGE_MAX_BYTES (16u << 20)
@@ -30,30 +27,10 @@ extern const struct pfs_source_ops pfs_source_pprof;
 
 /* ---- names and URLs ---- */
 
-/* s URI-encoded (every byte but A-Za-z0-9-_.~, and '/' if keep_slash). */
-static char *uri_encode(const char *s, bool keep_slash)
-{
-	static const char hex[] = "0123456789ABCDEF";
-	char *out = malloc(strlen(s) * 3 + 1), *o = out;
-
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
-		    *p == '-' || *p == '_' || *p == '.' || *p == '~' || (keep_slash && *p == '/')) {
-			*o++ = (char)*p;
-		} else {
-			*o++ = '%';
-			*o++ = hex[*p >> 4];
-			*o++ = hex[*p & 15];
-		}
-	}
-	*o = '\0';
-	return out;
-}
-
 /* ListObjectsV2 of prefix with delimiter '/': the query in sorted order. */
 static char *list_url(const struct pfs_api *a, const char *prefix, const char *token)
 {
-	char *p = uri_encode(prefix, false), *t = token ? uri_encode(token, false) : NULL, *url;
+	char *p = pfs_s3_encode(prefix, false), *t = token ? pfs_s3_encode(token, false) : NULL, *url;
 
 	if (asprintf(&url, "%s/%s?%s%s%sdelimiter=%%2F&list-type=2&prefix=%s", a->target.url,
 		     a->bucket, t ? "continuation-token=" : "", t ? t : "", t ? "&" : "", p) < 0)
@@ -272,7 +249,7 @@ static void start(struct pfs_job *j)
 	strftime(round, sizeof round, "%Y-%m-%dT%H:%M:%SZ", &tm);
 	if (asprintf(&key, "%s%s/%s/%s", a->prefix, j->svc->upstream, round, j->file->name) < 0)
 		key = NULL;
-	enc = uri_encode(key ? key : "", true);
+	enc = pfs_s3_encode(key ? key : "", true);
 	pfs_job_set(&j->url, "%s/%s/%s", a->target.url, a->bucket, enc);
 	pfs_job_set(&j->what, "s3://%s/%s", a->bucket, key ? key : "");
 	free(enc);
@@ -282,195 +259,23 @@ static void start(struct pfs_job *j)
 
 /* ---- config ---- */
 
-static const char *const keys[] = {"bucket", "prefix", "region", "access_key_id",
-				   "secret_access_key", "secret_access_key_env", "session_token",
-				   "session_token_env", "credentials_file", "profile", "list_ttl",
-				   "settle", "range", NULL};
-
-static const char *region_of(json_t *obj)
-{
-	const char *r = json_string_value(json_object_get(obj, "region"));
-
-	if (!r || !*r)
-		r = getenv("AWS_REGION");
-	if (!r || !*r)
-		r = getenv("AWS_DEFAULT_REGION");
-	return r && *r ? r : "us-east-1";
-}
-
-static char *default_url(json_t *obj)
-{
-	char *url;
-
-	if (asprintf(&url, "https://s3.%s.amazonaws.com", region_of(obj)) < 0)
-		url = NULL;
-	return url;
-}
-
-static bool bucket_ok(const char *b)
-{
-	size_t n = strlen(b);
-
-	if (n < 3 || n > 63 || b[0] == '.' || b[0] == '-' || b[n - 1] == '.' || b[n - 1] == '-')
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((b[i] >= 'a' && b[i] <= 'z') || (b[i] >= '0' && b[i] <= '9') || b[i] == '.' ||
-		      b[i] == '-'))
-			return false;
-	return true;
-}
-
-static void trim(char *s)
-{
-	size_t n = strlen(s);
-
-	while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
-		s[--n] = '\0';
-}
-
-/* The profile's keys in an AWS shared credentials file (INI). 0 if found,
- * 1 if not, -1 if it cannot be read (why in err). Warns when others can
- * read it. */
-static int read_credentials(const char *path, const char *profile, char **id, char **secret,
-			    char **token, char *err, size_t errlen)
-{
-	FILE *fp = fopen(path, "r");
-	char line[2048], want[256];
-	bool in = false;
-	struct stat st;
-
-	if (!fp) {
-		if (errno == ENOENT)
-			return 1;
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return -1;
-	}
-	if (fstat(fileno(fp), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)))
-		pfs_warn("%s holds secrets and %s can read it: chmod 600 %s", path,
-			 st.st_mode & S_IROTH ? "others" : "its group", path);
-	snprintf(want, sizeof want, "[%s]", profile);
-	while (fgets(line, sizeof line, fp)) {
-		char *l = line, *eq, *v;
-		while (*l == ' ' || *l == '\t')
-			l++;
-		trim(l);
-		if (*l == '[') {
-			in = strcmp(l, want) == 0;
-			continue;
-		}
-		if (!in || *l == '#' || *l == ';' || !(eq = strchr(l, '=')))
-			continue;
-		*eq = '\0';
-		trim(l);
-		for (v = eq + 1; *v == ' ' || *v == '\t'; v++)
-			;
-		char **to = strcmp(l, "aws_access_key_id") == 0       ? id
-			    : strcmp(l, "aws_secret_access_key") == 0 ? secret
-			    : strcmp(l, "aws_session_token") == 0     ? token
-								      : NULL;
-		if (to) {
-			free(*to);
-			*to = strdup(v);
-		}
-	}
-	explicit_bzero(line, sizeof line);
-	fclose(fp);
-	return *id && *secret ? 0 : 1;
-}
+static const char *const keys[] = {PFS_S3_KEYS, "list_ttl", "settle", "range", NULL};
 
 static int parse(struct pfs_parser *p, json_t *obj, const char *where, struct pfs_cluster *c)
 {
 	struct pfs_api *a = &c->api;
-	const char *bucket = NULL, *prefix = NULL, *id = NULL, *secret = NULL, *token = NULL;
-	const char *file = NULL, *profile = NULL;
-	char field[512], *fid = NULL, *fsecret = NULL, *ftoken = NULL, path[1024], cerr[512];
+	char def[512];
 
 	a->list_ttl = 60;
 	a->settle = 600;
 	a->range = 7 * PFS_DAY;
-	if (pfs_conf_string(p, obj, "bucket", where, &bucket) ||
-	    pfs_conf_string(p, obj, "prefix", where, &prefix) ||
-	    pfs_conf_string(p, obj, "access_key_id", where, &id) ||
-	    pfs_conf_secret(p, obj, "secret_access_key", where, &secret) ||
-	    pfs_conf_secret(p, obj, "session_token", where, &token) ||
-	    pfs_conf_string(p, obj, "credentials_file", where, &file) ||
-	    pfs_conf_string(p, obj, "profile", where, &profile) ||
-	    pfs_conf_string(p, obj, "region", where, &(const char *){NULL}) ||
-	    pfs_conf_duration(p, obj, "list_ttl", where, 0, PFS_DAY, &a->list_ttl) ||
+	/* the prefix defaults to the collector's cluster of the same name */
+	snprintf(def, sizeof def, "%s/", c->name);
+	if (pfs_conf_duration(p, obj, "list_ttl", where, 0, PFS_DAY, &a->list_ttl) ||
 	    pfs_conf_duration(p, obj, "settle", where, 0, PFS_DAY, &a->settle) ||
 	    pfs_conf_duration(p, obj, "range", where, 1, 10 * PFS_YEAR, &a->range))
 		return -1;
-	snprintf(field, sizeof field, "%sbucket", where);
-	if (!bucket)
-		return pfs_conf_fail(p, field, "is required for kind \"s3\"");
-	if (!bucket_ok(bucket))
-		return pfs_conf_fail(p, field, "\"%.80s\" is not a bucket name (3-63 of a-z 0-9 . -)",
-				     bucket);
-	a->bucket = strdup(bucket);
-	/* default: the collector's cluster of the same name */
-	if (!prefix) {
-		if (asprintf(&a->prefix, "%s/", c->name) < 0)
-			a->prefix = NULL;
-	} else {
-		snprintf(field, sizeof field, "%sprefix", where);
-		if (prefix[0] == '/' || strlen(prefix) > 512 || strstr(prefix, "//"))
-			return pfs_conf_fail(p, field, "must not start with / nor hold // (at most 512 bytes)");
-		size_t n = strlen(prefix);
-		if (asprintf(&a->prefix, "%s%s", prefix, n && prefix[n - 1] != '/' ? "/" : "") < 0)
-			a->prefix = NULL;
-	}
-	/* credentials: the config, else the environment, else the shared file */
-	if (!id != !secret) {
-		snprintf(field, sizeof field, "%s%s", where, id ? "secret_access_key" : "access_key_id");
-		return pfs_conf_fail(p, field, "is required with %s", id ? "access_key_id"
-									 : "secret_access_key");
-	}
-	if (!id && getenv("AWS_ACCESS_KEY_ID") && getenv("AWS_SECRET_ACCESS_KEY")) {
-		id = getenv("AWS_ACCESS_KEY_ID");
-		secret = getenv("AWS_SECRET_ACCESS_KEY");
-		token = token ? token : getenv("AWS_SESSION_TOKEN");
-	}
-	if (!id) {
-		if (!file)
-			file = getenv("AWS_SHARED_CREDENTIALS_FILE");
-		if (!file)
-			snprintf(path, sizeof path, "%s/.aws/credentials",
-				 getenv("HOME") ? getenv("HOME") : "/root");
-		else
-			snprintf(path, sizeof path, "%s", file);
-		if (!profile)
-			profile = getenv("AWS_PROFILE") ? getenv("AWS_PROFILE") : "default";
-		int rc = read_credentials(path, profile, &fid, &fsecret, &ftoken, cerr, sizeof cerr);
-		snprintf(field, sizeof field, "%scredentials_file", where);
-		if (rc < 0)
-			return pfs_conf_fail(p, field, "%s", cerr);
-		if (rc > 0) {
-			free(fid);
-			free(fsecret);
-			free(ftoken);
-			return pfs_conf_fail(p, field, "no credentials: give access_key_id and "
-				"secret_access_key[_env], set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-				"or profile [%s] in %s", profile, path);
-		}
-		id = fid;
-		secret = fsecret;
-		token = token ? token : ftoken;
-	}
-	a->target.username = strdup(id);
-	a->target.password = strdup(secret);
-	if (asprintf(&a->target.aws_sigv4, "aws:amz:%s:s3", region_of(obj)) < 0)
-		a->target.aws_sigv4 = NULL;
-	pfs_target_add_header(&a->target, "x-amz-content-sha256", EMPTY_SHA256);
-	if (token)
-		pfs_target_add_header(&a->target, "x-amz-security-token", token);
-	free(fid);
-	if (fsecret)
-		explicit_bzero(fsecret, strlen(fsecret));
-	free(fsecret);
-	if (ftoken)
-		explicit_bzero(ftoken, strlen(ftoken));
-	free(ftoken);
-	return 0;
+	return pfs_s3_parse(p, obj, where, def, &a->bucket, &a->prefix, &a->target);
 }
 
 const struct pfs_source_ops pfs_source_s3 = {
@@ -479,7 +284,7 @@ const struct pfs_source_ops pfs_source_s3 = {
 	.pgo = true,
 	.keys = keys,
 	.url_key = "endpoint",
-	.default_url = default_url,
+	.default_url = pfs_s3_default_url,
 	.parse = parse,
 	.discover = discover,
 	.list = list,

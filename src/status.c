@@ -3,6 +3,7 @@
 
 #include "cache.h"
 #include "discovery.h"
+#include "upload.h"
 #include "snap.h"
 #include "source.h"
 
@@ -84,6 +85,9 @@ char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
 	else
 		json_decref(disc);
 	/* a cold cpu profile keeps listings waiting: this shows what runs */
+	json_t *up = pfs_upload_status();
+	if (up)
+		json_object_set_new(root, "upload", up);
 	json_object_set_new(root, "in_flight", json_integer((json_int_t)in_flight));
 	json_object_set_new(root, "targets", targets);
 	out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
