@@ -981,8 +981,9 @@ static bool shown(const struct pfs_service *s, const struct round *r, time_t now
 	return false;
 }
 
-/* The rounds listed (waiting for a listing in flight). -EIO if no listing
- * ever answered. The newest round, too young to be complete by its age,
+/* The rounds listed: the first listing is waited for, later ones (after
+ * list_ttl) run while the last answer is served. -EIO if no listing ever
+ * answered. The newest round, too young to be complete by its age,
  * has its files listed: a .complete marker shows it. */
 static int list_rounds_now(struct pfs_service *s, int flags)
 {
@@ -990,8 +991,9 @@ static int list_rounds_now(struct pfs_service *s, int flags)
 	struct round *newest = NULL;
 	int rc;
 
+	/* once listed, a listing serves what it has while a refresh runs */
 	start_list(s, NULL, now, flags);
-	if ((rc = wait_busy(s, NULL, 0, rounds_busy, list_wait(s), flags)))
+	if (!s->state->listed_ok && (rc = wait_busy(s, NULL, 0, rounds_busy, list_wait(s), flags)))
 		return rc;
 	if (!s->state->listed_ok && !s->state->rounds)
 		return -EIO; /* the failure is logged */
@@ -1000,7 +1002,8 @@ static int list_rounds_now(struct pfs_service *s, int flags)
 			newest = r;
 	if (newest && !shown(s, newest, now)) { /* again after list_ttl */
 		start_list(s, newest, now, flags);
-		rc = wait_busy(s, newest, 0, files_busy, list_wait(s), flags);
+		if (!newest->listed_ok)
+			rc = wait_busy(s, newest, 0, files_busy, list_wait(s), flags);
 	}
 	return rc;
 }
@@ -1020,7 +1023,7 @@ static int listed_round(struct pfs_service *s, const char *name, bool files, int
 		return -ENOENT;
 	if (files) {
 		start_list(s, r, time(NULL), flags);
-		if ((rc = wait_busy(s, r, 0, files_busy, list_wait(s), flags)))
+		if (!r->listed_ok && (rc = wait_busy(s, r, 0, files_busy, list_wait(s), flags)))
 			return rc;
 		if (!r->listed_ok && !round_has(s, r, SLOT_READY))
 			return -EIO;
@@ -1048,7 +1051,11 @@ static int listed_slot(struct pfs_service *s, struct round *r, int slot, int fla
 	if (slot < 0 || !present(&r->slots[slot]))
 		return -ENOENT;
 	if (fd) {
-		start_slot_ex(s, r, slot, time(NULL), flags);
+		/* the round's other files too: a copy of one reads the rest next
+		 * (rsync, cp -r), and each is one more round trip to the bucket */
+		for (size_t i = 0; i < s->n_files; i++)
+			if ((int)i == slot || r->slots[i].st == SLOT_LISTED)
+				start_slot_ex(s, r, (int)i, time(NULL), flags);
 		if ((rc = wait_slot(s, r, slot, flags)))
 			return rc;
 		if (r->slots[slot].st != SLOT_READY)

@@ -90,6 +90,40 @@ class Swift:
         return subprocess.run(["aws", "--endpoint-url", self.url, "s3", *args],
                               env=self.env(**over), capture_output=True, text=True, timeout=120)
 
+    def put_tar(self, bucket, files):
+        """Objects put at once through Swift's own API (bulk extract-archive,
+        one request): files maps key -> bytes."""
+        import io
+        import json
+        import tarfile
+        req = urllib.request.Request(self.url + "/auth/v1.0", headers={
+            "X-Auth-User": self.ACCESS, "X-Auth-Key": self.SECRET})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            storage, token = r.headers["X-Storage-Url"], r.headers["X-Auth-Token"]
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for key, data in files.items():
+                info = tarfile.TarInfo(key)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        req = urllib.request.Request(f"{storage}/{bucket}?extract-archive=tar",
+                                     data=buf.getvalue(), method="PUT",
+                                     headers={"X-Auth-Token": token, "Accept": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            out = json.loads(r.read())
+        assert out["Number Files Created"] == len(files), out
+
+    def s3_requests(self):
+        """S3 requests the proxy answered so far (its log; Swift's own
+        subrequests and health checks left out)."""
+        n = 0
+        for line in (self.root / "swift.log").read_text(errors="replace").splitlines():
+            f = line.split()
+            if line.startswith("proxy-server: ") and len(f) > 6 and \
+                    not f[5].startswith(("/v1/", "/auth", "/healthcheck")):
+                n += 1
+        return n
+
     def stop(self):
         for p in self.procs:
             if p.poll() is None:

@@ -1,6 +1,7 @@
-"""The S3 tier (issue 12) against a real S3 server that checks signatures:
-OpenStack Swift with s3api. So far the collector half: `aws s3 sync` of a
-mount fills a bucket with the mount's tree, byte for byte, idempotently."""
+"""The S3 tier against a real S3 server that checks signatures: OpenStack
+Swift with s3api. The collector fills a bucket (`aws s3 sync` of its mount,
+or its own uploader); workstations mount the bucket (kind "s3") and see the
+collector's files byte for byte, with its sizes and mtimes."""
 import calendar
 import errno
 import json
@@ -11,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import PROFILES, config_for, pprof_top, wait_for
+from conftest import PROFILES, config_for, stable_name, pprof_top, wait_for
 from test_core import round_dirs
 
 
@@ -128,30 +129,6 @@ def test_rsync_of_the_workstation_mount_twice_copies_nothing(goapp, mount, swift
     assert ws.error_lines() == []
 
 
-def swift_put_tar(swift, bucket, files):
-    """Objects put at once through Swift's own API (bulk extract-archive):
-    files maps key -> bytes."""
-    import io
-    import tarfile
-    import urllib.request
-    req = urllib.request.Request(swift.url + "/auth/v1.0", headers={
-        "X-Auth-User": swift.ACCESS, "X-Auth-Key": swift.SECRET})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        storage, token = r.headers["X-Storage-Url"], r.headers["X-Auth-Token"]
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for key, data in files.items():
-            info = tarfile.TarInfo(key)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    req = urllib.request.Request(f"{storage}/{bucket}?extract-archive=tar", data=buf.getvalue(),
-                                 method="PUT", headers={"X-Auth-Token": token,
-                                                        "Accept": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as r:
-        out = json.loads(r.read())
-    assert out["Number Files Created"] == len(files), out
-
-
 def rfc3339(t):
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
@@ -162,7 +139,7 @@ def test_ten_thousand_rounds_list_in_pages(goapp, mount, swift):
     heap = (col.path / "local/app" / rnd / "heap.pb.gz").read_bytes()
     now = int(time.time()) // 60 * 60
     times = [rfc3339(now - 60 * i) for i in range(1, 10001)]
-    swift_put_tar(swift, "profiles", {f"local/big/{t}/heap.pb.gz": heap for t in times})
+    swift.put_tar("profiles", {f"local/big/{t}/heap.pb.gz": heap for t in times})
     ws = mount({"clusters": {"local": s3_cluster(swift)}}, name="workstation")
     assert sorted(os.listdir(ws.path / "local")) == ["app", "big"]
     got = sorted(d for d in os.listdir(ws.path / "local/big") if d not in ("latest", "merged"))
@@ -181,7 +158,7 @@ def test_a_round_shows_once_complete(goapp, mount, swift):
     heap = (col.path / "local/app" / rnd / "heap.pb.gz").read_bytes()
     now = int(time.time())
     old, young = rfc3339(now - 7200), rfc3339(now - 5)
-    swift_put_tar(swift, "profiles", {
+    swift.put_tar("profiles", {
         f"local/svc/{old}/heap.pb.gz": heap, f"local/svc/{young}/heap.pb.gz": heap,
         # not profiles: left out
         f"local/svc/{old}/notes.txt": b"x", f"local/svc/{old}/empty.pb.gz": b"",
@@ -196,7 +173,7 @@ def test_a_round_shows_once_complete(goapp, mount, swift):
         os.stat(svc / young)
     assert (svc / "latest/heap.pb.gz").read_bytes() == heap
     # the uploader's marker, written last, completes it
-    swift_put_tar(swift, "profiles", {f"local/svc/{young}/.complete": b""})
+    swift.put_tar("profiles", {f"local/svc/{young}/.complete": b""})
     wait_for(lambda: young in os.listdir(svc), what="the marked round")
     assert (svc / young / "heap.pb.gz").read_bytes() == heap
     assert os.listdir(svc / young) == ["heap.pb.gz"]
@@ -287,3 +264,89 @@ def test_upload_with_a_wrong_secret_is_one_line(goapp, mount, swift):
     assert len(errs) == 1 and "upload s3://profiles/local/app/" in errs[0], errs
     assert "SignatureDoesNotMatch" in errs[0] and "not-the-secret" not in col.log()
     assert bucket_keys(swift) == []
+
+
+NO_AWS_ENV = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+
+
+@pytest.mark.parametrize("over, fragment", [
+    ({"bucket": None}, "clusters.ws.bucket: is required"),
+    ({"bucket": "a"}, 'clusters.ws.bucket: "a" is not a bucket name (3-63 of a-z 0-9 . -)'),
+    ({"bucket": "Bad_Name"}, 'clusters.ws.bucket: "Bad_Name" is not a bucket name'),
+    ({"prefix": "/abs"}, "clusters.ws.prefix: must not start with / nor hold //"),
+    ({"secret_access_key": None}, "clusters.ws.secret_access_key: is required with access_key_id"),
+    ({"access_key_id": None, "secret_access_key": None, "credentials_file": "/nonexistent"},
+     "clusters.ws.credentials_file: no credentials: give access_key_id and"),
+    ({"url": "http://x"}, "clusters.ws.url: unknown field"),  # it is "endpoint"
+    ({"settle": "2d"}, "clusters.ws.settle:"),
+    ({"window": "1h"}, "clusters.ws.window: unknown field"),
+])
+def test_s3_config_errors(profilefs_bin, tmp_path, over, fragment):
+    c = {"kind": "s3", "endpoint": "http://127.0.0.1:9", "bucket": "profiles",
+         "access_key_id": "k", "secret_access_key": "s"}
+    c.update(over)
+    c = {k: v for k, v in c.items() if v is not None}
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"cache_dir": str(tmp_path / "c"), "clusters": {"ws": c}}))
+    r = subprocess.run([str(profilefs_bin), "--check", "-c", str(cfg)], capture_output=True,
+                       text=True, env=NO_AWS_ENV)
+    assert r.returncode == 2 and f"config {cfg}: {fragment}" in r.stderr, r.stderr
+
+
+def test_upload_config_errors(profilefs_bin, tmp_path):
+    cfg = tmp_path / "c.json"
+    for up, fragment in [({"bucket": "profiles", "threads": 0, "access_key_id": "k",
+                           "secret_access_key": "s"}, "upload.threads: must be an integer"),
+                         ({"bucket": "profiles", "endpoint": "ftp://x", "access_key_id": "k",
+                           "secret_access_key": "s"}, "upload"),
+                         ({"buckets": "x"}, 'upload.buckets: unknown field; did you mean "bucket"?')]:
+        cfg.write_text(json.dumps(config_for({"a": ["http://127.0.0.1:1"]}, upload=up,
+                                             cache_dir=str(tmp_path / "c"))))
+        r = subprocess.run([str(profilefs_bin), "--check", "-c", str(cfg)], capture_output=True,
+                           text=True, env=NO_AWS_ENV)
+        assert r.returncode == 2 and fragment in r.stderr, (up, r.stderr)
+
+
+def test_credentials_from_the_environment_and_the_shared_file(goapp, mount, swift, tmp_path):
+    collect(goapp, mount, swift)
+    want = tree(tmp_path / "collector" / "local")
+    c = s3_cluster(swift)
+    del c["access_key_id"], c["secret_access_key"]
+    # the environment, as aws reads it
+    env = dict(NO_AWS_ENV, AWS_ACCESS_KEY_ID=swift.ACCESS, AWS_SECRET_ACCESS_KEY=swift.SECRET)
+    ws = mount({"clusters": {"local": c}}, name="by-env", env=env)
+    assert tree(ws.path / "local") == want
+    # a shared credentials file, profile [tier]; others can read it: a warning
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[default]\naws_access_key_id = nope\naws_secret_access_key = nope\n"
+                     f"[tier]\naws_access_key_id = {swift.ACCESS}\n"
+                     f"aws_secret_access_key = {swift.SECRET}\n")
+    creds.chmod(0o644)
+    c2 = dict(c, credentials_file=str(creds), profile="tier")
+    ws2 = mount({"clusters": {"local": c2}}, name="by-file", env=NO_AWS_ENV)
+    assert tree(ws2.path / "local") == want
+    assert f"{creds} holds secrets and others can read it" in ws2.log()
+    for m in (ws, ws2):
+        assert swift.SECRET not in m.log() and m.error_lines() == []
+
+
+def test_odd_names_in_the_bucket(goapp, mount, swift):
+    col = collect(goapp, mount, swift)
+    rnd = round_dirs(col.path / "local/app")[-1]
+    heap = (col.path / "local/app" / rnd / "heap.pb.gz").read_bytes()
+    old = rfc3339(int(time.time()) - 7200)
+    swift.put_tar("profiles", {f"local/a b/{old}/heap.pb.gz": heap,
+                               f"local/.../{old}/heap.pb.gz": heap,
+                               f"local/x\u00e9y/{old}/heap.pb.gz": heap,
+                               f"local/ok/{old}/he ap.pb.gz": heap,
+                               f"local/ok/{old}/heap.pb.gz": heap})
+    ws = mount({"clusters": {"local": s3_cluster(swift)}}, name="workstation")
+    names = os.listdir(ws.path / "local")
+    assert sorted(names) == sorted(["app", "ok"] + [stable_name(n) for n in ("a b", "...", "x\u00e9y")])
+    for n in names:
+        rounds = [d for d in os.listdir(ws.path / "local" / n) if d[0].isdigit()]
+        assert rounds, n
+        if n != "app":
+            assert (ws.path / "local" / n / rounds[0] / "heap.pb.gz").read_bytes() == heap
+    assert os.listdir(ws.path / f"local/ok/{old}") == ["heap.pb.gz"]  # no unsafe file name
+    assert ws.error_lines() == []
