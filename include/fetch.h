@@ -52,7 +52,9 @@ struct pfs_fetch {
  * that many connections to one host:port (curl holds the rest back, and
  * their time waiting counts in their timeout). */
 int pfs_fetcher_start(size_t max_connections, size_t max_host_connections);
-/* Fails whatever is still in flight (done() is called) and stops. */
+/* Fails whatever is still in flight (done() is called) and stops; a
+ * fetch submitted after that fails at once. pfs_fetch_run() still works
+ * (until curl_global_cleanup(), main's). */
 void pfs_fetcher_stop(void);
 void pfs_fetch_submit(struct pfs_fetch *f);
 /* Run f here, blocking (done is not called): 0 if f->ok, else -1 with

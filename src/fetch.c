@@ -302,13 +302,20 @@ void pfs_fetcher_stop(void)
 	curl_multi_wakeup(g_multi);
 	pthread_join(g_thread, NULL);
 	curl_multi_cleanup(g_multi);
-	curl_global_cleanup();
+	/* curl_global_cleanup() is main's, last: the uploader's blocking
+	 * requests still run after this */
 }
 
 void pfs_fetch_submit(struct pfs_fetch *f)
 {
 	f->next = NULL;
 	pthread_mutex_lock(&g_lock);
+	if (g_stop) { /* a fetch asked for by the end of another (a next page) */
+		pthread_mutex_unlock(&g_lock);
+		snprintf(f->error, sizeof f->error, "HTTP 0, unmounting");
+		f->done(f);
+		return;
+	}
 	if (g_queue_tail)
 		g_queue_tail->next = f;
 	else

@@ -207,6 +207,7 @@ static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_ar
 	pfs_work_stop();    /* which finishes them */
 	pfs_cache_committer_stop(); /* and commits what they stored */
 	pfs_upload_stop(); /* which it may still upload */
+	curl_global_cleanup();
 	pfs_fs_teardown();
 	goto out_destroy;
 out_unmount:

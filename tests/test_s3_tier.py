@@ -350,3 +350,16 @@ def test_odd_names_in_the_bucket(goapp, mount, swift):
             assert (ws.path / "local" / n / rounds[0] / "heap.pb.gz").read_bytes() == heap
     assert os.listdir(ws.path / f"local/ok/{old}") == ["heap.pb.gz"]  # no unsafe file name
     assert ws.error_lines() == []
+
+
+def test_unmounting_still_uploads_what_is_queued(goapp, mount, swift):
+    assert swift.aws("mb", "s3://profiles").returncode == 0
+    app = goapp()
+    col = mount(config_for({"app": [app.base]}, upload=upload_block(swift, threads=1)),
+                name="collector")
+    os.listdir(col.path / "local/app")
+    rnd = round_dirs(col.path / "local/app")[-1]
+    col.stop()  # at once: the round may still be queued
+    keys = bucket_keys(swift)
+    assert f"local/app/{rnd}/.complete" in keys and len(keys) == len(PROFILES) + 1, keys
+    assert "not uploaded" not in col.log()
