@@ -22,6 +22,7 @@
 #define MAX_PAGES 1000      /* of one listing */
 #define MAX_ENTRIES 100000  /* names in one listing */
 #define PAGE_MAX_BYTES (16u << 20)
+#define MAX_SERVICES 10000  /* of one cluster */
 
 extern const struct pfs_source_ops pfs_source_pprof;
 
@@ -58,7 +59,7 @@ static int list_sync(struct pfs_cluster *c, const char *prefix,
 {
 	const struct pfs_api *a = &c->api;
 	char *token = NULL, why[512];
-	size_t pages = 0, plen = strlen(prefix);
+	size_t pages = 0, plen = strlen(prefix), seen = 0;
 	int rc = 0;
 
 	do {
@@ -78,6 +79,12 @@ static int list_sync(struct pfs_cluster *c, const char *prefix,
 			const char *name = l.prefixes[i];
 			size_t n = strlen(name);
 			if (n > plen + 1 && strncmp(name, prefix, plen) == 0 && name[n - 1] == '/') {
+				if (++seen > MAX_SERVICES) {
+					snprintf(why, sizeof why, "more than %d services: the rest left out",
+						 MAX_SERVICES);
+					rc = -1;
+					break;
+				}
 				char *part = strndup(name + plen, n - plen - 1);
 				fn(c, part);
 				free(part);
@@ -207,8 +214,8 @@ static void lister_page(void *arg)
 	if (!l->token) {
 		lister_finish(l, NULL);
 	} else if (++l->pages >= MAX_PAGES || l->n > MAX_ENTRIES) {
-		snprintf(why, sizeof why, "more than %zu entries in %zu pages: left unlisted", l->n,
-			 l->pages);
+		snprintf(why, sizeof why, "%zu pages, %zu entries, and more: over the bounds "
+			 "(%d pages, %d entries)", l->pages, l->n, MAX_PAGES, MAX_ENTRIES);
 		lister_finish(l, why);
 	} else {
 		lister_submit(l);

@@ -363,3 +363,80 @@ def test_unmounting_still_uploads_what_is_queued(goapp, mount, swift):
     keys = bucket_keys(swift)
     assert f"local/app/{rnd}/.complete" in keys and len(keys) == len(PROFILES) + 1, keys
     assert "not uploaded" not in col.log()
+
+
+@pytest.fixture
+def fake_s3():
+    from fakes.s3 import FakeS3
+    f = FakeS3()
+    yield f
+    f.stop()
+
+
+def test_hostile_bucket_answers(fake_s3, mount, goapp):
+    from fakes.s3 import s3_error
+    app = goapp()
+    heap = subprocess.run(["curl", "-sSf", f"{app.base}/heap"], capture_output=True,
+                          check=True).stdout
+    old = rfc3339(int(time.time()) - 7200)
+    names = ["good", "deep", "trunc", "huge", "slow", "loop", "notxml", "err"]
+    for n in names:
+        fake_s3.objects[f"local/{n}/{old}/heap.pb.gz"] = heap
+    fake_s3.objects[f"local/good/{old}/mutex.pb.gz"] = heap
+    fake_s3.sizes[f"local/good/{old}/mutex.pb.gz"] = 999  # listed as another size
+    ans = fake_s3.answers
+    ans["local/deep/"] = (200, b"<ListBucketResult>" + b"<a>" * 20 + b"</a>" * 20 +
+                          b"</ListBucketResult>", 0)
+    ans["local/trunc/"] = (200, b"<ListBucketResult><CommonPrefixes><Prefix>local/trunc/20", 0)
+    ans["local/huge/"] = (200, b"<ListBucketResult>" + b" " * (17 << 20) +
+                          b"</ListBucketResult>", 0)
+    ans["local/slow/"] = (200, b"<ListBucketResult></ListBucketResult>", 30)
+    ans["local/loop/"] = (200, b"<ListBucketResult><IsTruncated>true</IsTruncated>"
+                          b"<NextContinuationToken>again</NextContinuationToken>"
+                          b"</ListBucketResult>", 0)
+    ans["local/notxml/"] = (200, b"hello", 0)
+    ans["local/err/"] = (500, s3_error("InternalError", "We encountered an internal error."), 0)
+    c = {"kind": "s3", "endpoint": fake_s3.url, "bucket": "profiles", "access_key_id": "k",
+         "secret_access_key": "s", "timeout": "2s"}
+    # a failed listing is not taken again for an hour: one line each
+    ws = mount({"retry_after": "1h", "clusters": {"local": c}}, name="workstation")
+    assert sorted(os.listdir(ws.path / "local")) == sorted(names)
+
+    # a listing that hangs holds up no other path
+    import threading
+    slow = {}
+
+    def slow_ls():
+        try:
+            os.listdir(ws.path / "local/slow")
+            slow["errno"] = 0
+        except OSError as e:
+            slow["errno"] = e.errno
+    t = threading.Thread(target=slow_ls)
+    t0 = time.monotonic()
+    t.start()
+    time.sleep(0.3)
+    assert old in os.listdir(ws.path / "local/good")
+    assert time.monotonic() - t0 < 2
+    t.join(30)
+    assert not t.is_alive() and time.monotonic() - t0 < 15 and slow["errno"] == errno.EIO
+
+    why = {"deep": "nested too deep", "trunc": "S3 answer: truncated",
+           "huge": "body larger than 16777216", "slow": "timed out",
+           "loop": "1000 pages, 0 entries, and more", "notxml": "S3 answer: not XML",
+           "err": "HTTP 500, InternalError: We encountered an internal error."}
+    for n, fragment in why.items():
+        with pytest.raises(OSError) as e:
+            os.listdir(ws.path / "local" / n)
+        assert e.value.errno == errno.EIO, n
+        lines = [l for l in ws.error_lines() if f"list local/{n} failed" in l]
+        assert len(lines) == 1, (n, ws.error_lines())
+        assert f"s3://profiles/local/{n}/: " in lines[0] and fragment in lines[0], lines[0]
+    # an object that is not the size it was listed with
+    with pytest.raises(OSError) as e:
+        (ws.path / f"local/good/{old}/mutex.pb.gz").read_bytes()
+    assert e.value.errno == errno.EIO
+    assert (ws.path / f"local/good/{old}/heap.pb.gz").read_bytes() == heap
+    line = [l for l in ws.error_lines() if "mutex.pb.gz" in l]
+    assert len(line) == 1 and "listed as 999: the object changed" in line[0], line
+    assert "s3://profiles/local/good/" in line[0]
