@@ -1133,9 +1133,17 @@ void pfs_snap_listed(struct pfs_service *s, const char *round, const struct pfs_
 			apply_rounds(s, e, n, now);
 		again = st->list_error[0] != '\0';
 		st->list_error[0] = '\0';
-	} else if (strcmp(st->list_error, err)) {
-		snprintf(st->list_error, sizeof st->list_error, "%s", err);
-		say = true;
+	} else {
+		/* .status.json shows it as the service's last error */
+		struct pfs_target_stats *ts = &st->stats[0];
+		ts->failures++;
+		ts->last_error_at = now;
+		snprintf(ts->last_error, sizeof ts->last_error, "listing: %s", err);
+		snprintf(ts->last_error_file, sizeof ts->last_error_file, "%s", round ? round : "");
+		if (strcmp(st->list_error, err)) {
+			snprintf(st->list_error, sizeof st->list_error, "%s", err);
+			say = true;
+		}
 	}
 	if (r) {
 		r->listing = false;

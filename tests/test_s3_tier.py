@@ -440,3 +440,6 @@ def test_hostile_bucket_answers(fake_s3, mount, goapp):
     line = [l for l in ws.error_lines() if "mutex.pb.gz" in l]
     assert len(line) == 1 and "listed as 999: the object changed" in line[0], line
     assert "s3://profiles/local/good/" in line[0]
+    status = json.loads((ws.path / ".status.json").read_text())
+    err = [t for t in status["targets"] if t["service"] == "err"][0]
+    assert "listing: s3://profiles/local/err/: HTTP 500, InternalError" in err["last_error"], err
