@@ -989,7 +989,7 @@ static int list_rounds_now(struct pfs_service *s, int flags)
 {
 	time_t now = time(NULL);
 	struct round *newest = NULL;
-	int rc;
+	int rc = 0;
 
 	/* once listed, a listing serves what it has while a refresh runs */
 	start_list(s, NULL, now, flags);
