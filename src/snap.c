@@ -1,5 +1,6 @@
 /* Snapshot index: rounds, slots, and the fetch of a slot into the cache. */
 #include "snap.h"
+#include "snap_internal.h"
 
 #include "cache.h"
 #include "cpugate.h"
@@ -16,50 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A slot is one file of one round: file i of the service is slot i. */
-enum slot_state { SLOT_EMPTY, SLOT_FETCHING, SLOT_READY, SLOT_FAILED, SLOT_ABSENT, SLOT_LISTED };
-
-/* Listed kinds (s3): a slot the upstream lists is SLOT_LISTED until it is
- * fetched (when opened); `listed` keeps its listed size through fetches
- * and failures. Their SLOT_EMPTY means not listed. */
-struct slot {
-	enum slot_state st;
-	off_t size;
-	off_t listed;
-	time_t failed_at;
-};
-
-struct round {
-	time_t t;
-	char name[PFS_ROUND_NAME_MAX];
-	struct slot *slots;
-	time_t settled_at; /* when its last fetch finished, 0 if none did */
-	int pins;          /* readers waiting on it: prune leaves it */
-	bool from_disk;    /* an earlier mount's: files of targets found later may be there */
-	/* listed kinds: its files' listing, and what the rounds' listing said */
-	time_t listed_at;
-	bool listing, listed_ok, in_bucket, marked;
-	struct round *next; /* ascending time */
-};
-
-struct pfs_svc_state {
-	struct round *rounds;
-	struct round *current; /* scrape kinds: the round "latest" shows, if fresh */
-	struct pfs_target_stats *stats;
-	size_t n_stats;
-	/* discovered services (pfs_snap_set_targets) */
-	bool *active;          /* per target: discovery lists it now */
-	size_t cap_targets;    /* of targets, active, stats (files: times per_target) */
-	void **retired;        /* arrays outgrown: a job in flight may point into them */
-	size_t n_retired;
-	/* listed kinds: the rounds' listing; files grow as listings name them */
-	time_t listed_at;
-	bool listing, listed_ok;
-	size_t cap_files;
-	bool warned_files;
-	char list_error[256]; /* the last listing error logged */
-};
-
 struct job_priv {
 	struct round *round;
 	int slot;
@@ -69,29 +26,27 @@ struct job_priv {
 	off_t expect; /* listed kinds: the size the listing gave */
 };
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_cond;
-static struct pfs_config *g_cfg;
-static pfs_snap_change_fn g_on_change;
+pthread_mutex_t snap_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t snap_cond;
+struct pfs_config *snap_cfg;
+pfs_snap_change_fn snap_on_change;
 static bool (*g_interrupted)(void);
 static pfs_snap_removed_fn g_on_removed;
-static bool g_draining; /* unmounting: queued cpu fetches fail, none start */
+bool snap_draining; /* unmounting: queued cpu fetches fail, none start */
 
 void pfs_snap_set_hooks(pfs_snap_change_fn on_change, bool (*interrupted)(void),
 			pfs_snap_removed_fn on_removed)
 {
-	g_on_change = on_change;
+	snap_on_change = on_change;
 	g_interrupted = interrupted;
 	g_on_removed = on_removed;
 }
 
 static bool windowed(const struct pfs_service *s) { return s->cluster->src->windows; }
-static bool listed(const struct pfs_service *s) { return s->cluster->src->list != NULL; }
-static double list_wait(const struct pfs_service *s);
 
 /* ---- names and windows ---- */
 
-static int file_index(const struct pfs_service *s, const char *file)
+int snap_file_index(const struct pfs_service *s, const char *file)
 {
 	for (size_t i = 0; i < s->n_files; i++)
 		if (strcmp(s->files[i].name, file) == 0)
@@ -101,10 +56,10 @@ static int file_index(const struct pfs_service *s, const char *file)
 
 int pfs_snap_file_index(const struct pfs_service *s, const char *file)
 {
-	/* a discovered service's files change under g_lock */
-	pthread_mutex_lock(&g_lock);
-	int i = file_index(s, file);
-	pthread_mutex_unlock(&g_lock);
+	/* a discovered service's files change under snap_lock */
+	pthread_mutex_lock(&snap_lock);
+	int i = snap_file_index(s, file);
+	pthread_mutex_unlock(&snap_lock);
 	return i;
 }
 
@@ -115,7 +70,7 @@ static void format_round(time_t t, char out[PFS_ROUND_NAME_MAX])
 	strftime(out, PFS_ROUND_NAME_MAX, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-static int parse_round(const char *name, time_t *t)
+int snap_parse_round(const char *name, time_t *t)
 {
 	char back[PFS_ROUND_NAME_MAX];
 	struct tm tm = {0};
@@ -153,7 +108,7 @@ static bool valid_window(const struct pfs_service *s, time_t t, time_t now)
 	       t >= oldest_window(s, now, 0);
 }
 
-/* ---- rounds (g_lock held) ---- */
+/* ---- rounds (snap_lock held) ---- */
 
 /* A discovered service's files per target: one per served profile. */
 static size_t per_target(const struct pfs_service *s)
@@ -180,7 +135,7 @@ static bool serves(const struct pfs_service *s, const struct pfs_file *f)
 	return s->state->active[f->target] && (!p || (p & (1u << f->profile)));
 }
 
-static struct round *find_round(struct pfs_service *s, const char *name)
+struct round *snap_find_round(struct pfs_service *s, const char *name)
 {
 	for (struct round *r = s->state->rounds; r; r = r->next)
 		if (strcmp(r->name, name) == 0)
@@ -188,13 +143,13 @@ static struct round *find_round(struct pfs_service *s, const char *name)
 	return NULL;
 }
 
-static struct round *get_round(struct pfs_service *s, time_t t)
+struct round *snap_get_round(struct pfs_service *s, time_t t)
 {
 	struct round **pp = &s->state->rounds, *r;
 	char name[PFS_ROUND_NAME_MAX];
 
 	format_round(t, name);
-	if ((r = find_round(s, name)))
+	if ((r = snap_find_round(s, name)))
 		return r;
 	while (*pp && (*pp)->t < t)
 		pp = &(*pp)->next;
@@ -214,9 +169,9 @@ static struct round *get_round(struct pfs_service *s, time_t t)
 	return r;
 }
 
-/* The cache file of a ready slot, opened with g_lock held: prune (which
- * takes g_lock) cannot remove it between the look and the open. */
-static int open_slot(struct pfs_service *s, struct round *r, int slot)
+/* The cache file of a ready slot, opened with snap_lock held: prune (which
+ * takes snap_lock) cannot remove it between the look and the open. */
+int snap_open_slot(struct pfs_service *s, struct round *r, int slot)
 {
 	int fd = pfs_cache_open(s->cluster->name, s->name, r->name, s->files[slot].key);
 	return fd == -ENOENT ? -EIO : fd; /* ready but not on disk: the cache lost it */
@@ -228,13 +183,13 @@ static struct round *lookup_round(struct pfs_service *s, const char *name)
 	time_t t;
 
 	if (!windowed(s))
-		return find_round(s, name);
-	if (parse_round(name, &t) || !valid_window(s, t, time(NULL)))
+		return snap_find_round(s, name);
+	if (snap_parse_round(name, &t) || !valid_window(s, t, time(NULL)))
 		return NULL;
-	return get_round(s, t);
+	return snap_get_round(s, t);
 }
 
-static bool round_has(const struct pfs_service *s, const struct round *r, enum slot_state st)
+bool snap_round_has(const struct pfs_service *s, const struct round *r, enum slot_state st)
 {
 	for (size_t i = 0; i < s->n_files; i++)
 		if (r->slots[i].st == st)
@@ -249,14 +204,14 @@ static bool fresh(const struct pfs_service *s, const struct round *r, time_t now
 {
 	time_t since = r->settled_at > r->t ? r->settled_at : r->t;
 
-	return round_has(s, r, SLOT_FETCHING) ||
-	       (now >= since && now - since < (time_t)g_cfg->latest_ttl);
+	return snap_round_has(s, r, SLOT_FETCHING) ||
+	       (now >= since && now - since < (time_t)snap_cfg->latest_ttl);
 }
 
 /* Oldest round time kept: retention; windows also while in range. */
 static time_t keep_from(const struct pfs_service *s, time_t now)
 {
-	double keep = g_cfg->retention;
+	double keep = snap_cfg->retention;
 
 	if ((windowed(s) || listed(s)) && s->cluster->api.range + s->cluster->api.window > keep)
 		keep = s->cluster->api.range + s->cluster->api.window;
@@ -279,7 +234,7 @@ static void prune(struct pfs_service *s, time_t now)
 	while (*pp) {
 		struct round *r = *pp;
 		if (r->t >= from || (r == s->state->current && fresh(s, r, now)) || r->pins ||
-		    r->listing || round_has(s, r, SLOT_FETCHING)) {
+		    r->listing || snap_round_has(s, r, SLOT_FETCHING)) {
 			pp = &r->next;
 			continue;
 		}
@@ -303,10 +258,10 @@ static struct round *latest_round(struct pfs_service *s, time_t now)
 	struct round *r = s->state->current;
 
 	if (windowed(s))
-		return get_round(s, newest_window(s, now));
+		return snap_get_round(s, newest_window(s, now));
 	if (r && fresh(s, r, now))
 		return r;
-	r = get_round(s, now);
+	r = snap_get_round(s, now);
 	s->state->current = r;
 	prune(s, now);
 	return r;
@@ -320,13 +275,11 @@ static void on_cached_round(const char *cluster, const char *service, const char
 	time_t t;
 
 	(void)cluster, (void)service;
-	if (parse_round(round, &t) == 0)
-		get_round(s, t)->from_disk = true; /* reads which of its files are there */
+	if (snap_parse_round(round, &t) == 0)
+		snap_get_round(s, t)->from_disk = true; /* reads which of its files are there */
 }
 
 static void learn_file(const char *file, void *arg);
-static void learn_listed_round(const char *cluster, const char *service, const char *round,
-			       void *arg);
 static void learn_round(const char *cluster, const char *service, const char *round, void *arg)
 {
 	struct pfs_service *s = arg;
@@ -341,13 +294,13 @@ void pfs_snap_service_init(struct pfs_service *s)
 	s->state = calloc(1, sizeof *s->state);
 	s->state->n_stats = s->n_targets || s->discovered ? s->n_targets : 1;
 	s->state->stats = calloc(s->state->n_stats ? s->state->n_stats : 1, sizeof *s->state->stats);
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	/* A discovered service's snapshots on disk name their targets: they
 	 * come back inactive, so those snapshots show as they were. */
 	if (s->discovered)
 		pfs_cache_rounds(s->cluster->name, s->name, learn_round, s);
 	else if (listed(s)) /* the names of the files it stored */
-		pfs_cache_rounds(s->cluster->name, s->name, learn_listed_round, s);
+		pfs_cache_rounds(s->cluster->name, s->name, listed_learn_round, s);
 	/* Rounds frozen by an earlier mount are served as they are (a
 	 * discovered service finds its own when it is discovered). */
 	pfs_cache_rounds(s->cluster->name, s->name, on_cached_round, s);
@@ -355,9 +308,9 @@ void pfs_snap_service_init(struct pfs_service *s)
 	/* A remount within latest_ttl keeps serving the same latest. */
 	for (r = s->state->rounds; r && r->next; r = r->next)
 		;
-	if (r && !windowed(s) && round_has(s, r, SLOT_READY) && fresh(s, r, now))
+	if (r && !windowed(s) && snap_round_has(s, r, SLOT_READY) && fresh(s, r, now))
 		s->state->current = r;
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 }
 
 void pfs_snap_service_free(struct pfs_service *s)
@@ -392,9 +345,9 @@ void pfs_snap_free(struct pfs_config *cfg)
 static void sweep_round(const char *cluster, const char *service, const char *round, void *arg)
 {
 	time_t now = *(time_t *)arg, t;
-	struct pfs_cluster *c = pfs_config_cluster(g_cfg, cluster);
+	struct pfs_cluster *c = pfs_config_cluster(snap_cfg, cluster);
 
-	if (parse_round(round, &t) || t >= now - (time_t)g_cfg->retention)
+	if (snap_parse_round(round, &t) || t >= now - (time_t)snap_cfg->retention)
 		return;
 	if (c) {
 		pthread_mutex_lock(&c->lock);
@@ -414,13 +367,13 @@ void pfs_snap_sweep(void)
 {
 	time_t now = time(NULL);
 
-	for (size_t i = 0; i < g_cfg->n_clusters; i++) {
+	for (size_t i = 0; i < snap_cfg->n_clusters; i++) {
 		struct pfs_service **svcs;
-		size_t n = pfs_cluster_services(&g_cfg->clusters[i], &svcs);
-		pthread_mutex_lock(&g_lock);
+		size_t n = pfs_cluster_services(&snap_cfg->clusters[i], &svcs);
+		pthread_mutex_lock(&snap_lock);
 		for (size_t j = 0; j < n; j++)
 			prune(svcs[j], now);
-		pthread_mutex_unlock(&g_lock);
+		pthread_mutex_unlock(&snap_lock);
 		free(svcs);
 	}
 	pfs_cache_each_round(sweep_round, &now);
@@ -434,21 +387,21 @@ static void *sweeper_main(void *unused)
 {
 	/* Often enough that nothing outlives retention by more than half of
 	 * it; at most every 5 minutes, at least every second. */
-	double every = g_cfg->retention / 2 > 300 ? 300 : g_cfg->retention / 2 < 1 ? 1 : g_cfg->retention / 2;
+	double every = snap_cfg->retention / 2 > 300 ? 300 : snap_cfg->retention / 2 < 1 ? 1 : snap_cfg->retention / 2;
 	struct timespec dl;
 
 	(void)unused;
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	while (!g_sweep_stop) {
 		clock_gettime(CLOCK_MONOTONIC, &dl);
 		dl.tv_sec += (time_t)every;
-		if (pthread_cond_timedwait(&g_sweep_cond, &g_lock, &dl) != ETIMEDOUT || g_sweep_stop)
+		if (pthread_cond_timedwait(&g_sweep_cond, &snap_lock, &dl) != ETIMEDOUT || g_sweep_stop)
 			continue;
-		pthread_mutex_unlock(&g_lock);
+		pthread_mutex_unlock(&snap_lock);
 		pfs_snap_sweep();
-		pthread_mutex_lock(&g_lock);
+		pthread_mutex_lock(&snap_lock);
 	}
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return NULL;
 }
 
@@ -464,10 +417,10 @@ int pfs_snap_sweeper_start(void)
 
 void pfs_snap_sweeper_stop(void)
 {
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	g_sweep_stop = true;
 	pthread_cond_signal(&g_sweep_cond);
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	pthread_join(g_sweeper, NULL);
 }
 
@@ -477,8 +430,8 @@ int pfs_snap_init(struct pfs_config *cfg, char *err, size_t errlen)
 
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&g_cond, &ca);
-	g_cfg = cfg;
+	pthread_cond_init(&snap_cond, &ca);
+	snap_cfg = cfg;
 	if (pfs_cache_init(cfg->cache_dir, err, errlen))
 		return -1;
 	for (size_t i = 0; i < cfg->n_clusters; i++)
@@ -488,7 +441,7 @@ int pfs_snap_init(struct pfs_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-/* ---- fetching (g_lock held unless said) ---- */
+/* ---- fetching (snap_lock held unless said) ---- */
 
 static size_t stats_index(const struct pfs_service *s, int slot)
 {
@@ -498,17 +451,17 @@ static size_t stats_index(const struct pfs_service *s, int slot)
 static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason);
 
 /* A cpu fetch of `gate`'s process is done: start the next one waiting for
- * it, or (unmounting) fail them all. Without g_lock; frees gate. */
+ * it, or (unmounting) fail them all. Without snap_lock; frees gate. */
 static void gate_next(char *gate)
 {
 	for (;;) {
-		pthread_mutex_lock(&g_lock);
+		pthread_mutex_lock(&snap_lock);
 		struct pfs_job *next = pfs_cpugate_leave(gate);
-		if (next && !g_draining) {
+		if (next && !snap_draining) {
 			next->svc->cluster->src->start(next);
 			next = NULL;
 		}
-		pthread_mutex_unlock(&g_lock);
+		pthread_mutex_unlock(&snap_lock);
 		if (!next)
 			break;
 		struct job_priv *jp = next->priv;
@@ -522,9 +475,9 @@ static void gate_next(char *gate)
 
 void pfs_snap_stop_starts(void)
 {
-	pthread_mutex_lock(&g_lock);
-	g_draining = true;
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
+	snap_draining = true;
+	pthread_mutex_unlock(&snap_lock);
 }
 
 static bool is_cpu(const struct pfs_file *f)
@@ -533,7 +486,7 @@ static bool is_cpu(const struct pfs_file *f)
 }
 
 /* A cpu profile fetched: whether it can drive go build -pgo, said in the
- * log when that changes (g_lock held). */
+ * log when that changes (snap_lock held). */
 static void pgo_note(struct pfs_service *s, const struct pfs_job *j, struct pfs_target_stats *ts,
 		     bool no_start_line)
 {
@@ -567,7 +520,7 @@ static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason)
 		pfs_err("fetch %s/%s %s from %s failed: %s", s->cluster->name, s->name, file, j->what,
 			reason);
 
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	struct slot *sl = &r->slots[jp->slot];
 	struct pfs_target_stats *ts = &s->state->stats[stats_index(s, jp->slot)];
 	sl->st = rc == 0 ? SLOT_READY : rc == PFS_ABSENT ? SLOT_ABSENT : SLOT_FAILED;
@@ -590,13 +543,13 @@ static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason)
 		snprintf(ts->last_error_file, sizeof ts->last_error_file, "%s", file);
 	}
 	/* a settled round with a file: the uploader's (upload.h) */
-	bool upload = !listed(s) && !round_has(s, r, SLOT_FETCHING) && round_has(s, r, SLOT_READY);
+	bool upload = !listed(s) && !snap_round_has(s, r, SLOT_FETCHING) && snap_round_has(s, r, SLOT_READY);
 	char round[PFS_ROUND_NAME_MAX];
 	memcpy(round, r->name, sizeof round);
-	pthread_cond_broadcast(&g_cond);
-	pthread_mutex_unlock(&g_lock);
-	if (g_on_change)
-		g_on_change(s);
+	pthread_cond_broadcast(&snap_cond);
+	pthread_mutex_unlock(&snap_lock);
+	if (snap_on_change)
+		snap_on_change(s);
 	if (upload)
 		pfs_upload_round(s, round);
 
@@ -625,12 +578,12 @@ void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const 
 	struct round *r = jp->round;
 	char reason[512] = "", verr[256];
 
-	/* Called without g_lock, on a worker or a source's own thread. */
+	/* Called without snap_lock, on a worker or a source's own thread. */
 	if (rc == 0 && jp->expect && (off_t)gzlen != jp->expect) {
 		snprintf(reason, sizeof reason, "%zu bytes, listed as %lld: the object changed",
 			 gzlen, (long long)jp->expect);
 		rc = -1;
-	} else if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, g_cfg->max_raw_bytes, &jp->no_start_line,
+	} else if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, snap_cfg->max_raw_bytes, &jp->no_start_line,
 					     verr, sizeof verr)) {
 		snprintf(reason, sizeof reason, "invalid profile: %s", verr);
 		rc = -1;
@@ -685,24 +638,23 @@ static double slot_wait(const struct pfs_service *s, int slot)
 	return t;
 }
 
-static void start_slot_ex(struct pfs_service *s, struct round *r, int slot, time_t now, int flags);
 
 /* Start the fetch of a slot unless it is done, in flight, or failed too
  * recently (or failed at all, with PFS_SNAP_NO_RETRY). */
 static void start_slot(struct pfs_service *s, struct round *r, int slot, time_t now)
 {
-	start_slot_ex(s, r, slot, now, 0);
+	snap_start_slot_ex(s, r, slot, now, 0);
 }
 
-static void start_slot_ex(struct pfs_service *s, struct round *r, int slot, time_t now, int flags)
+void snap_start_slot_ex(struct pfs_service *s, struct round *r, int slot, time_t now, int flags)
 {
 	struct slot *sl = &r->slots[slot];
 	struct pfs_job *j;
 	struct job_priv *jp;
 
-	if (g_draining || sl->st == SLOT_READY || sl->st == SLOT_FETCHING || sl->st == SLOT_ABSENT ||
+	if (snap_draining || sl->st == SLOT_READY || sl->st == SLOT_FETCHING || sl->st == SLOT_ABSENT ||
 	    (sl->st == SLOT_FAILED && ((flags & PFS_SNAP_NO_RETRY) ||
-	     (now - sl->failed_at < (time_t)g_cfg->retry_after && now >= sl->failed_at))))
+	     (now - sl->failed_at < (time_t)snap_cfg->retry_after && now >= sl->failed_at))))
 		return;
 	j = calloc(1, sizeof *j);
 	jp = calloc(1, sizeof *jp);
@@ -715,7 +667,7 @@ static void start_slot_ex(struct pfs_service *s, struct round *r, int slot, time
 	j->from = r->t;
 	j->to = windowed(s) ? r->t + (time_t)s->cluster->api.window : r->t;
 	j->timeout_ms = (long)(slot_timeout(s, slot) * 1000);
-	j->f.max_bytes = g_cfg->max_bytes;
+	j->f.max_bytes = snap_cfg->max_bytes;
 	sl->st = SLOT_FETCHING;
 	struct pfs_target_stats *ts = &s->state->stats[stats_index(s, slot)];
 	if (ts->in_flight++ == 0)
@@ -731,7 +683,7 @@ static void start_slot_ex(struct pfs_service *s, struct round *r, int slot, time
 		}
 	}
 	/* Sources submit to the fetcher or hand off to a thread: neither
-	 * takes g_lock before returning. */
+	 * takes snap_lock before returning. */
 	s->cluster->src->start(j);
 }
 
@@ -739,15 +691,15 @@ double pfs_snap_max_wait(const struct pfs_service *s)
 {
 	double w = 0;
 
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	for (size_t i = 0; i < s->n_files; i++) {
 		double t = slot_wait(s, (int)i);
 		if (t > w)
 			w = t;
 	}
-	if (listed(s) && list_wait(s) > w)
-		w = list_wait(s);
-	pthread_mutex_unlock(&g_lock);
+	if (listed(s) && listed_wait(s) > w)
+		w = listed_wait(s);
+	pthread_mutex_unlock(&snap_lock);
 	return w + 5;
 }
 
@@ -755,7 +707,6 @@ double pfs_snap_max_wait(const struct pfs_service *s)
  * after its fetch timeout (every source finishes by then), checking for
  * an interrupt of the request that waits. The round is pinned meanwhile:
  * prune() leaves it. Without wait, -EAGAIN if it is in flight. */
-typedef bool (*busy_fn)(const struct pfs_service *s, const struct round *r, int slot);
 
 static bool slot_busy(const struct pfs_service *s, const struct round *r, int slot)
 {
@@ -764,7 +715,7 @@ static bool slot_busy(const struct pfs_service *s, const struct round *r, int sl
 }
 
 /* Wait while busy(s, r, slot), at most `seconds` (r, if any, pinned). */
-static int wait_busy(struct pfs_service *s, struct round *r, int slot, busy_fn busy,
+int snap_wait_busy(struct pfs_service *s, struct round *r, int slot, snap_busy_fn busy,
 		     double seconds, int flags)
 {
 	struct timespec dl, step;
@@ -791,16 +742,16 @@ static int wait_busy(struct pfs_service *s, struct round *r, int slot, busy_fn b
 			step.tv_sec++;
 			step.tv_nsec -= 1000000000L;
 		}
-		pthread_cond_timedwait(&g_cond, &g_lock, &step);
+		pthread_cond_timedwait(&snap_cond, &snap_lock, &step);
 	}
 	if (r)
 		r->pins--;
 	return rc;
 }
 
-static int wait_slot(struct pfs_service *s, struct round *r, int slot, int flags)
+int snap_wait_slot(struct pfs_service *s, struct round *r, int slot, int flags)
 {
-	return wait_busy(s, r, slot, slot_busy, slot_wait(s, slot) + 5, flags);
+	return snap_wait_busy(s, r, slot, slot_busy, slot_wait(s, slot) + 5, flags);
 }
 
 static int wait_round(struct pfs_service *s, struct round *r, int flags)
@@ -808,7 +759,7 @@ static int wait_round(struct pfs_service *s, struct round *r, int flags)
 	int rc = 0;
 
 	for (size_t i = 0; i < s->n_files && !rc; i++)
-		rc = wait_slot(s, r, (int)i, flags);
+		rc = snap_wait_slot(s, r, (int)i, flags);
 	return rc;
 }
 
@@ -820,7 +771,7 @@ static size_t start_round(struct pfs_service *s, struct round *r, time_t now, in
 
 	for (size_t i = 0; i < s->n_files; i++) {
 		bool idle = r->slots[i].st != SLOT_FETCHING;
-		start_slot_ex(s, r, (int)i, now, flags);
+		snap_start_slot_ex(s, r, (int)i, now, flags);
 		cpu += idle && r->slots[i].st == SLOT_FETCHING && is_cpu(&s->files[i]);
 	}
 	return cpu;
@@ -833,340 +784,6 @@ void pfs_snap_say_cpu(const char *what, size_t n, double seconds)
 			 n, n == 1 ? "" : "s", seconds);
 }
 
-/* ---- listed kinds (s3): rounds and files as the upstream lists them ---- */
-
-#define MAX_LISTED_FILES 1024 /* names per service */
-#define LIST_WAIT_FACTOR 4    /* a listing of pages: up to 4 timeouts */
-
-static double list_wait(const struct pfs_service *s)
-{
-	return s->cluster->api.target.timeout * LIST_WAIT_FACTOR + 5;
-}
-
-/* Room for `need` files. Jobs in flight point into files without g_lock:
- * an outgrown array is kept until the service is freed. */
-static void reserve_files(struct pfs_service *s, size_t need)
-{
-	struct pfs_svc_state *st = s->state;
-	size_t cap = st->cap_files;
-
-	if (need <= cap)
-		return;
-	cap = cap ? cap * 2 : 8;
-	cap = cap < need ? need : cap;
-	struct pfs_file *files = calloc(cap, sizeof *files);
-	if (s->n_files)
-		memcpy(files, s->files, s->n_files * sizeof *files);
-	st->retired = realloc(st->retired, (st->n_retired + 1) * sizeof *st->retired);
-	st->retired[st->n_retired++] = s->files;
-	__atomic_store_n(&s->files, files, __ATOMIC_RELEASE);
-	st->cap_files = cap;
-	for (struct round *r = st->rounds; r; r = r->next) {
-		r->slots = realloc(r->slots, cap * sizeof *r->slots);
-		memset(r->slots + s->n_files, 0, (cap - s->n_files) * sizeof *r->slots);
-	}
-}
-
-/* A file name a listing may give: "<type>[.<more>].pb.gz", a safe path
- * component. */
-static bool listable(const char *name)
-{
-	size_t n = strlen(name);
-
-	return n > 6 && n < sizeof(((struct pfs_file *)0)->name) && name[0] != '.' &&
-	       strcmp(name + n - 6, ".pb.gz") == 0 && pfs_name_is_safe(name);
-}
-
-/* The index of a listed file name, added if new (-1: over the bound). */
-static int listed_file(struct pfs_service *s, const char *name)
-{
-	int i = file_index(s, name);
-
-	if (i >= 0)
-		return i;
-	if (s->n_files >= MAX_LISTED_FILES) {
-		if (!s->state->warned_files)
-			pfs_warn("%s/%s: more than %d file names; %s and others are left out",
-				 s->cluster->name, s->name, MAX_LISTED_FILES, name);
-		s->state->warned_files = true;
-		return -1;
-	}
-	reserve_files(s, s->n_files + 1);
-	struct pfs_file *f = &s->files[s->n_files];
-	memset(f, 0, sizeof *f);
-	snprintf(f->name, sizeof f->name, "%s", name);
-	memcpy(f->key, f->name, sizeof f->key);
-	/* the merge key is the type: "heap" of heap.<instance>.pb.gz */
-	snprintf(f->merge_key, sizeof f->merge_key, "%.*s", (int)strcspn(name, "."), name);
-	snprintf(f->pretty, sizeof f->pretty, "%s", f->merge_key);
-	f->profile = -1;
-	for (int k = 0; k < PFS_NPROFILES; k++)
-		if (strcmp(f->merge_key, pfs_profile_names[k]) == 0)
-			f->profile = k;
-	__atomic_store_n(&s->n_files, s->n_files + 1, __ATOMIC_RELEASE);
-	return (int)s->n_files - 1;
-}
-
-static void learn_listed(const char *file, void *arg)
-{
-	if (listable(file))
-		listed_file(arg, file);
-}
-
-static void learn_listed_round(const char *cluster, const char *service, const char *round,
-			       void *arg)
-{
-	pfs_cache_files(cluster, service, round, learn_listed, arg);
-}
-
-/* A slot the upstream lists (or that is on disk already). */
-static bool present(const struct slot *sl)
-{
-	return sl->st == SLOT_READY || (sl->listed > 0 && sl->st != SLOT_ABSENT && sl->st != SLOT_EMPTY);
-}
-
-static bool rounds_busy(const struct pfs_service *s, const struct round *r, int slot)
-{
-	(void)r, (void)slot;
-	return s->state->listing;
-}
-
-static bool files_busy(const struct pfs_service *s, const struct round *r, int slot)
-{
-	(void)s, (void)slot;
-	return r->listing;
-}
-
-/* Start listing the rounds (r NULL) or r's files, if that is due: never
- * listed, older than list_ttl, failed longer than retry_after ago. A
- * round listed once it was older than settle is final. */
-static void start_list(struct pfs_service *s, struct round *r, time_t now, int flags)
-{
-	struct pfs_svc_state *st = s->state;
-	const struct pfs_api *a = &s->cluster->api;
-	time_t at = r ? r->listed_at : st->listed_at;
-	bool ok = r ? r->listed_ok : st->listed_ok, *busy = r ? &r->listing : &st->listing;
-
-	if (*busy || g_draining)
-		return;
-	if (at && now >= at) {
-		if (r && ok && at - r->t >= (time_t)a->settle)
-			return;
-		/* a parked request asks again once the listing it waited for
-		 * answered: it takes that answer (and never lists in a loop) */
-		if ((flags & PFS_SNAP_NO_RETRY) || now - at < 1)
-			return;
-		if (ok ? now - at < (time_t)a->list_ttl : now - at < (time_t)g_cfg->retry_after)
-			return;
-	}
-	*busy = true;
-	if (r)
-		r->pins++; /* prune leaves it until the answer */
-	s->cluster->src->list(s, r ? r->name : NULL);
-}
-
-/* Shown: on disk already, or listed and complete (a .complete marker, a
- * newer round listed, or older than settle). */
-static bool shown(const struct pfs_service *s, const struct round *r, time_t now)
-{
-	if (round_has(s, r, SLOT_READY))
-		return true;
-	if (!r->in_bucket)
-		return false;
-	if (r->marked || now - r->t >= (time_t)s->cluster->api.settle)
-		return true;
-	for (const struct round *q = r->next; q; q = q->next)
-		if (q->in_bucket)
-			return true;
-	return false;
-}
-
-/* The rounds listed: the first listing is waited for, later ones (after
- * list_ttl) run while the last answer is served. -EIO if no listing ever
- * answered. The newest round, too young to be complete by its age,
- * has its files listed: a .complete marker shows it. */
-static int list_rounds_now(struct pfs_service *s, int flags)
-{
-	time_t now = time(NULL);
-	struct round *newest = NULL;
-	int rc = 0;
-
-	/* once listed, a listing serves what it has while a refresh runs */
-	start_list(s, NULL, now, flags);
-	if (!s->state->listed_ok && (rc = wait_busy(s, NULL, 0, rounds_busy, list_wait(s), flags)))
-		return rc;
-	if (!s->state->listed_ok && !s->state->rounds)
-		return -EIO; /* the failure is logged */
-	for (struct round *r = s->state->rounds; r; r = r->next)
-		if (r->in_bucket)
-			newest = r;
-	if (newest && !shown(s, newest, now)) { /* again after list_ttl */
-		start_list(s, newest, now, flags);
-		if (!newest->listed_ok)
-			rc = wait_busy(s, newest, 0, files_busy, list_wait(s), flags);
-	}
-	return rc;
-}
-
-/* A shown round, its files listed: -ENOENT if there is none such, -EIO if
- * its files were never listed (logged). */
-static int listed_round(struct pfs_service *s, const char *name, bool files, int flags,
-			struct round **out)
-{
-	struct round *r;
-	int rc;
-
-	*out = NULL;
-	if ((rc = list_rounds_now(s, flags)))
-		return rc;
-	if (!(r = find_round(s, name)) || !shown(s, r, time(NULL)))
-		return -ENOENT;
-	if (files) {
-		start_list(s, r, time(NULL), flags);
-		if (!r->listed_ok && (rc = wait_busy(s, r, 0, files_busy, list_wait(s), flags)))
-			return rc;
-		if (!r->listed_ok && !round_has(s, r, SLOT_READY))
-			return -EIO;
-	}
-	*out = r;
-	return 0;
-}
-
-static struct round *newest_shown(struct pfs_service *s, time_t now)
-{
-	struct round *n = NULL;
-
-	for (struct round *r = s->state->rounds; r; r = r->next)
-		if (shown(s, r, now))
-			n = r;
-	return n;
-}
-
-/* Size and mtime of a listed file; its cache file (fetched first) if fd. */
-static int listed_slot(struct pfs_service *s, struct round *r, int slot, int flags, off_t *size,
-		       time_t *mtime, int *fd)
-{
-	int rc;
-
-	if (slot < 0 || !present(&r->slots[slot]))
-		return -ENOENT;
-	if (fd) {
-		/* the round's other files too: a copy of one reads the rest next
-		 * (rsync, cp -r), and each is one more round trip to the bucket */
-		for (size_t i = 0; i < s->n_files; i++)
-			if ((int)i == slot || r->slots[i].st == SLOT_LISTED)
-				start_slot_ex(s, r, (int)i, time(NULL), flags);
-		if ((rc = wait_slot(s, r, slot, flags)))
-			return rc;
-		if (r->slots[slot].st != SLOT_READY)
-			return -EIO; /* logged */
-		if ((*fd = open_slot(s, r, slot)) < 0)
-			return *fd;
-	}
-	*size = r->slots[slot].st == SLOT_READY ? r->slots[slot].size : r->slots[slot].listed;
-	*mtime = r->t;
-	return 0;
-}
-
-static void apply_rounds(struct pfs_service *s, const struct pfs_listed *e, size_t n, time_t now)
-{
-	time_t from = now - (time_t)s->cluster->api.range, t;
-
-	for (struct round *r = s->state->rounds; r; r = r->next)
-		r->in_bucket = false;
-	for (size_t i = 0; i < n; i++)
-		if (parse_round(e[i].name, &t) == 0 && t >= from && t <= now + 86400)
-			get_round(s, t)->in_bucket = true;
-}
-
-static void apply_files(struct pfs_service *s, struct round *r, const struct pfs_listed *e,
-			size_t n)
-{
-	bool *seen = calloc(MAX_LISTED_FILES + 1, sizeof *seen);
-
-	r->marked = false;
-	for (size_t k = 0; k < n; k++) {
-		int i;
-		if (strcmp(e[k].name, ".complete") == 0) {
-			r->marked = true;
-			continue;
-		}
-		if (e[k].size <= 0 || !listable(e[k].name) || (i = listed_file(s, e[k].name)) < 0)
-			continue; /* an empty object is no profile */
-		struct slot *sl = &r->slots[i];
-		seen[i] = true;
-		if (sl->st == SLOT_READY && sl->size != e[k].size)
-			pfs_warn("%s/%s/%s/%s: listed as %lld bytes, %lld fetched before: serving "
-				 "what was fetched", s->cluster->name, s->name, r->name, e[k].name,
-				 (long long)e[k].size, (long long)sl->size);
-		if (sl->st != SLOT_FETCHING) /* its job compares against the old one */
-			sl->listed = e[k].size;
-		if (sl->st == SLOT_EMPTY || sl->st == SLOT_ABSENT)
-			sl->st = SLOT_LISTED;
-	}
-	for (size_t i = 0; i < s->n_files; i++)
-		if (!seen[i] && r->slots[i].st == SLOT_LISTED) {
-			r->slots[i].st = SLOT_EMPTY; /* gone from the bucket */
-			r->slots[i].listed = 0;
-		}
-	free(seen);
-}
-
-void pfs_snap_listed(struct pfs_service *s, const char *round, const struct pfs_listed *e,
-		     size_t n, const char *err)
-{
-	struct pfs_svc_state *st = s->state;
-	time_t now = time(NULL);
-	bool say = false, again = false;
-	char what[512];
-
-	pthread_mutex_lock(&g_lock);
-	struct round *r = round ? find_round(s, round) : NULL; /* pinned: still there */
-	if (round && !r) {
-		pthread_mutex_unlock(&g_lock);
-		return;
-	}
-	if (!err) {
-		if (r)
-			apply_files(s, r, e, n);
-		else
-			apply_rounds(s, e, n, now);
-		again = st->list_error[0] != '\0';
-		st->list_error[0] = '\0';
-	} else {
-		/* .status.json shows it as the service's last error */
-		struct pfs_target_stats *ts = &st->stats[0];
-		ts->failures++;
-		ts->last_error_at = now;
-		snprintf(ts->last_error, sizeof ts->last_error, "listing: %s", err);
-		snprintf(ts->last_error_file, sizeof ts->last_error_file, "%s", round ? round : "");
-		if (strcmp(st->list_error, err)) {
-			snprintf(st->list_error, sizeof st->list_error, "%s", err);
-			say = true;
-		}
-	}
-	if (r) {
-		r->listing = false;
-		r->listed_at = now;
-		r->listed_ok = r->listed_ok || !err;
-		r->pins--;
-	} else {
-		st->listing = false;
-		st->listed_at = now;
-		st->listed_ok = st->listed_ok || !err;
-	}
-	pthread_cond_broadcast(&g_cond);
-	pthread_mutex_unlock(&g_lock);
-	snprintf(what, sizeof what, "%s/%s%s%s", s->cluster->name, s->name, round ? "/" : "",
-		 round ? round : "");
-	if (say)
-		pfs_err("list %s failed: %s", what, err);
-	else if (again)
-		pfs_info("list %s works again", what);
-	if (g_on_change)
-		g_on_change(s);
-}
-
 /* ---- listing ---- */
 
 int pfs_snap_list_rounds(struct pfs_service *s, int flags, bool settle, pfs_snap_round_fn fn,
@@ -1176,11 +793,11 @@ int pfs_snap_list_rounds(struct pfs_service *s, int flags, bool settle, pfs_snap
 	time_t now = time(NULL);
 	int rc = 0;
 
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	if (listed(s)) {
-		if (!(rc = list_rounds_now(s, flags)))
+		if (!(rc = listed_rounds(s, flags)))
 			for (struct round *r = s->state->rounds; r; r = r->next)
-				if (shown(s, r, now))
+				if (listed_shown(s, r, now))
 					fn(r->name, r->t, arg);
 	} else if (windowed(s)) {
 		time_t w = (time_t)s->cluster->api.window;
@@ -1193,10 +810,10 @@ int pfs_snap_list_rounds(struct pfs_service *s, int flags, bool settle, pfs_snap
 		/* a round whose fetches all failed is never shown: listed
 		 * while in flight, it would be gone when stat'ed */
 		for (struct round *r = s->state->rounds; r; r = r->next)
-			if (round_has(s, r, SLOT_READY))
+			if (snap_round_has(s, r, SLOT_READY))
 				fn(r->name, r->t, arg);
 	}
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return rc;
 }
 
@@ -1217,22 +834,22 @@ int pfs_snap_list_files(struct pfs_service *s, const char *round, int flags, pfs
 	struct round *r;
 	int rc;
 
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	if (listed(s)) {
 		if (!(rc = listed_round(s, round, true, flags, &r)))
 			for (size_t i = 0; i < s->n_files; i++)
-				if (present(&r->slots[i]))
+				if (listed_present(&r->slots[i]))
 					fn(s->files[i].name, arg);
 		goto out;
 	}
 	if ((rc = settled_round(s, round, flags, &r)))
 		goto out;
-	rc = r && (windowed(s) || round_has(s, r, SLOT_READY)) ? 0 : -ENOENT;
+	rc = r && (windowed(s) || snap_round_has(s, r, SLOT_READY)) ? 0 : -ENOENT;
 	for (size_t i = 0; !rc && i < s->n_files; i++)
 		if (r->slots[i].st == SLOT_READY) /* a failure is EIO by name only */
 			fn(s->files[i].name, arg);
 out:
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return rc;
 }
 
@@ -1249,19 +866,19 @@ int pfs_snap_stat_fd(struct pfs_service *s, const char *round, const char *file,
 
 	if (listed(s)) {
 		struct round *r;
-		pthread_mutex_lock(&g_lock);
+		pthread_mutex_lock(&snap_lock);
 		if (!(rc = listed_round(s, round, true, flags, &r)))
-			rc = listed_slot(s, r, file_index(s, file), flags, size, mtime, fd);
-		pthread_mutex_unlock(&g_lock);
+			rc = listed_slot(s, r, snap_file_index(s, file), flags, size, mtime, fd);
+		pthread_mutex_unlock(&snap_lock);
 		return rc;
 	}
 	if (slot < 0)
 		return -ENOENT;
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	struct round *r = lookup_round(s, round);
 	if (r && windowed(s)) {
-		start_slot_ex(s, r, slot, time(NULL), flags);
-		if ((rc = wait_slot(s, r, slot, flags)))
+		snap_start_slot_ex(s, r, slot, time(NULL), flags);
+		if ((rc = snap_wait_slot(s, r, slot, flags)))
 			goto out;
 		rc = -ENOENT;
 	}
@@ -1269,13 +886,13 @@ int pfs_snap_stat_fd(struct pfs_service *s, const char *round, const char *file,
 		*size = r->slots[slot].size;
 		*mtime = r->t;
 		rc = 0;
-		if (fd && (*fd = open_slot(s, r, slot)) < 0)
+		if (fd && (*fd = snap_open_slot(s, r, slot)) < 0)
 			rc = *fd;
 	} else if (r && windowed(s) && r->slots[slot].st == SLOT_FAILED) {
 		rc = -EIO;
 	}
 out:
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return rc;
 }
 
@@ -1283,19 +900,19 @@ bool pfs_snap_round_frozen(struct pfs_service *s, const char *round)
 {
 	bool frozen;
 
-	pthread_mutex_lock(&g_lock);
-	struct round *r = windowed(s) ? find_round(s, round) : lookup_round(s, round);
+	pthread_mutex_lock(&snap_lock);
+	struct round *r = windowed(s) ? snap_find_round(s, round) : lookup_round(s, round);
 	if (listed(s)) { /* its files' listing is final */
-		frozen = r && shown(s, r, time(NULL)) && r->listed_ok &&
+		frozen = r && listed_shown(s, r, time(NULL)) && r->listed_ok &&
 			 r->listed_at - r->t >= (time_t)s->cluster->api.settle;
-		pthread_mutex_unlock(&g_lock);
+		pthread_mutex_unlock(&snap_lock);
 		return frozen;
 	}
-	frozen = r && !round_has(s, r, SLOT_FETCHING) &&
-		 (windowed(s) ? !round_has(s, r, SLOT_EMPTY) && !round_has(s, r, SLOT_FAILED)
-			      : round_has(s, r, SLOT_READY) &&
+	frozen = r && !snap_round_has(s, r, SLOT_FETCHING) &&
+		 (windowed(s) ? !snap_round_has(s, r, SLOT_EMPTY) && !snap_round_has(s, r, SLOT_FAILED)
+			      : snap_round_has(s, r, SLOT_READY) &&
 				!(r == s->state->current && fresh(s, r, time(NULL))));
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return frozen;
 }
 
@@ -1303,22 +920,22 @@ int pfs_snap_round_time(struct pfs_service *s, const char *round, int flags, tim
 {
 	int rc = 0;
 
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	if (listed(s)) {
 		struct round *lr;
 		if (!(rc = listed_round(s, round, false, flags, &lr)))
 			*t = lr->t;
-		pthread_mutex_unlock(&g_lock);
+		pthread_mutex_unlock(&snap_lock);
 		return rc;
 	}
 	struct round *r = lookup_round(s, round);
 	if (r && !windowed(s))
 		rc = wait_round(s, r, flags);
 	if (!rc)
-		rc = r && (windowed(s) || round_has(s, r, SLOT_READY)) ? 0 : -ENOENT;
+		rc = r && (windowed(s) || snap_round_has(s, r, SLOT_READY)) ? 0 : -ENOENT;
 	if (!rc)
 		*t = r->t;
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return rc;
 }
 
@@ -1326,15 +943,15 @@ time_t pfs_snap_latest_time(struct pfs_service *s)
 {
 	time_t t;
 
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	if (listed(s)) {
-		struct round *r = newest_shown(s, time(NULL));
+		struct round *r = listed_newest(s, time(NULL));
 		t = r ? r->t : 0;
 	} else if (windowed(s))
 		t = newest_window(s, time(NULL));
 	else
 		t = s->state->current ? s->state->current->t : 0;
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return t;
 }
 
@@ -1343,14 +960,14 @@ double pfs_snap_latest_valid(struct pfs_service *s)
 	time_t now = time(NULL);
 	double left = 0;
 
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	struct round *r = s->state->current;
-	if (!windowed(s) && r && fresh(s, r, now) && !round_has(s, r, SLOT_FETCHING)) {
+	if (!windowed(s) && r && fresh(s, r, now) && !snap_round_has(s, r, SLOT_FETCHING)) {
 		time_t since = r->settled_at > r->t ? r->settled_at : r->t;
 		/* a second short of it: fresh() counts whole seconds */
-		left = g_cfg->latest_ttl - (double)(now - since) - 1;
+		left = snap_cfg->latest_ttl - (double)(now - since) - 1;
 	}
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return left > 0 ? left : 0;
 }
 
@@ -1358,34 +975,34 @@ bool pfs_snap_latest_settled(struct pfs_service *s)
 {
 	bool ok = false;
 
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	struct round *r = s->state->current;
 	if (!windowed(s) && r && fresh(s, r, time(NULL))) {
 		ok = true;
 		for (size_t i = 0; i < s->n_files && ok; i++)
 			ok = r->slots[i].st == SLOT_READY || r->slots[i].st == SLOT_ABSENT;
 	}
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return ok;
 }
 
 size_t pfs_snap_stats_count(const struct pfs_service *s)
 {
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	size_t n = s->state->n_stats;
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return n;
 }
 
 void pfs_snap_target_stats(struct pfs_service *s, size_t i, struct pfs_target_stats *out)
 {
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	*out = s->state->stats[i];
 	const struct pfs_target *t = s->n_targets ? &s->targets[i] : &s->cluster->api.target;
 	snprintf(out->target, sizeof out->target, "%s", t->name ? t->name : "");
 	snprintf(out->url, sizeof out->url, "%s", t->log_url ? t->log_url : "");
 	out->active = !s->discovered || s->state->active[i];
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 }
 
 size_t pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since,
@@ -1395,37 +1012,37 @@ size_t pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t sinc
 	time_t now = time(NULL);
 
 	*out = NULL;
-	pthread_mutex_lock(&g_lock);
-	if (listed(s) && list_rounds_now(s, PFS_SNAP_WAIT) == 0) {
+	pthread_mutex_lock(&snap_lock);
+	if (listed(s) && listed_rounds(s, PFS_SNAP_WAIT) == 0) {
 		/* every shown round in range listed, then its files fetched */
 		for (int pass = 0; pass < 4; pass++)
 			for (struct round *r = s->state->rounds; r; r = r->next) {
-				if (r->t < since || !shown(s, r, now))
+				if (r->t < since || !listed_shown(s, r, now))
 					continue;
 				if (pass == 0)
-					start_list(s, r, now, 0);
+					listed_start(s, r, now, 0);
 				else if (pass == 1)
-					wait_busy(s, r, 0, files_busy, list_wait(s), PFS_SNAP_WAIT);
+					snap_wait_busy(s, r, 0, listed_files_busy, listed_wait(s), PFS_SNAP_WAIT);
 				for (size_t i = 0; pass >= 2 && i < s->n_files; i++) {
-					if (!present(&r->slots[i]) || strcmp(s->files[i].merge_key, merge_key))
+					if (!listed_present(&r->slots[i]) || strcmp(s->files[i].merge_key, merge_key))
 						continue;
 					if (pass == 2)
 						start_slot(s, r, (int)i, now);
 					else
-						wait_slot(s, r, (int)i, PFS_SNAP_WAIT);
+						snap_wait_slot(s, r, (int)i, PFS_SNAP_WAIT);
 				}
 			}
 	} else if (windowed(s)) {
 		time_t w = (time_t)s->cluster->api.window;
 		for (int pass = 0; pass < 2; pass++)
 			for (time_t t = oldest_window(s, now, since); t <= newest_window(s, now); t += w) {
-				struct round *r = get_round(s, t);
+				struct round *r = snap_get_round(s, t);
 				for (size_t i = 0; i < s->n_files; i++)
 					if (strcmp(s->files[i].merge_key, merge_key) == 0) {
 						if (pass == 0)
 							start_slot(s, r, (int)i, now);
 						else
-							wait_slot(s, r, (int)i, PFS_SNAP_WAIT);
+							snap_wait_slot(s, r, (int)i, PFS_SNAP_WAIT);
 					}
 			}
 	}
@@ -1444,7 +1061,7 @@ size_t pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t sinc
 			(*out)[n++].t = r->t;
 		}
 	}
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return n;
 }
 
@@ -1456,25 +1073,25 @@ int pfs_snap_latest(struct pfs_service *s, const char *file, int flags,
 	time_t now = time(NULL);
 	int rc, slot;
 
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	if (listed(s)) {
 		struct round *lr = NULL;
-		if (!(rc = list_rounds_now(s, flags)) && !(lr = newest_shown(s, now)))
+		if (!(rc = listed_rounds(s, flags)) && !(lr = listed_newest(s, now)))
 			rc = -ENOENT;
 		if (!rc && !(rc = listed_round(s, lr->name, true, flags, &lr))) {
 			memcpy(round, lr->name, PFS_ROUND_NAME_MAX);
-			rc = listed_slot(s, lr, file_index(s, file), flags, size, mtime, NULL);
+			rc = listed_slot(s, lr, snap_file_index(s, file), flags, size, mtime, NULL);
 		}
 		goto out;
 	}
-	if ((slot = file_index(s, file)) < 0) {
+	if ((slot = snap_file_index(s, file)) < 0) {
 		rc = -ENOENT;
 		goto out;
 	}
 	struct round *r = latest_round(s, now);
-	start_slot_ex(s, r, slot, now, flags);
+	snap_start_slot_ex(s, r, slot, now, flags);
 	memcpy(round, r->name, PFS_ROUND_NAME_MAX);
-	if ((rc = wait_slot(s, r, slot, flags)))
+	if ((rc = snap_wait_slot(s, r, slot, flags)))
 		goto out;
 	rc = -EIO;
 	if (r->slots[slot].st == SLOT_READY) {
@@ -1485,7 +1102,7 @@ int pfs_snap_latest(struct pfs_service *s, const char *file, int flags,
 		rc = -ENOENT;
 	}
 out:
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return rc;
 }
 
@@ -1494,8 +1111,8 @@ int pfs_snap_slot(struct pfs_service *s, const char *round, int slot, int flags,
 {
 	int rc;
 
-	pthread_mutex_lock(&g_lock);
-	struct round *r = find_round(s, round);
+	pthread_mutex_lock(&snap_lock);
+	struct round *r = snap_find_round(s, round);
 	if (!r || slot < 0 || (size_t)slot >= s->n_files) {
 		rc = -ENOENT;
 		goto out;
@@ -1504,14 +1121,14 @@ int pfs_snap_slot(struct pfs_service *s, const char *round, int slot, int flags,
 		rc = listed_slot(s, r, slot, flags, size, mtime, fd);
 		goto out;
 	}
-	if ((rc = wait_slot(s, r, slot, flags)))
+	if ((rc = snap_wait_slot(s, r, slot, flags)))
 		goto out;
 	switch (r->slots[slot].st) {
 	case SLOT_READY:
 		*size = r->slots[slot].size;
 		*mtime = r->t;
 		rc = 0;
-		if (fd && (*fd = open_slot(s, r, slot)) < 0)
+		if (fd && (*fd = snap_open_slot(s, r, slot)) < 0)
 			rc = *fd;
 		break;
 	case SLOT_ABSENT:
@@ -1521,7 +1138,7 @@ int pfs_snap_slot(struct pfs_service *s, const char *round, int slot, int flags,
 		rc = -EIO;
 	}
 out:
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return rc;
 }
 
@@ -1533,18 +1150,18 @@ int pfs_snap_latest_key(struct pfs_service *s, const char *merge_key, int flags)
 
 	if (windowed(s) || listed(s))
 		return -ENOENT; /* pfs_snap_inputs fetches windows and listed files */
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	struct round *r = latest_round(s, now);
 	for (size_t i = 0; i < s->n_files; i++)
 		if (strcmp(s->files[i].merge_key, merge_key) == 0)
-			start_slot_ex(s, r, (int)i, now, flags);
+			snap_start_slot_ex(s, r, (int)i, now, flags);
 	for (size_t i = 0; i < s->n_files && !rc; i++)
 		if (strcmp(s->files[i].merge_key, merge_key) == 0 &&
-		    !(rc = wait_slot(s, r, (int)i, flags))) {
+		    !(rc = snap_wait_slot(s, r, (int)i, flags))) {
 			ready = ready || r->slots[i].st == SLOT_READY;
 			failed = failed || r->slots[i].st != SLOT_ABSENT;
 		}
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return rc ? rc : ready ? 0 : failed ? -EIO : -ENOENT;
 }
 
@@ -1555,9 +1172,9 @@ size_t pfs_snap_latest_start(struct pfs_service *s, int flags)
 
 	if (windowed(s) || listed(s))
 		return 0; /* windows and listed files are fetched when read */
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	cpu = start_round(s, latest_round(s, now), now, flags);
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return cpu;
 }
 
@@ -1566,15 +1183,15 @@ int pfs_snap_latest_all(struct pfs_service *s, int flags, pfs_snap_file_fn fn, v
 	time_t now = time(NULL);
 	int rc;
 
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	if (listed(s)) {
 		struct round *lr = NULL;
-		if (!(rc = list_rounds_now(s, flags)) && (lr = newest_shown(s, now)) &&
+		if (!(rc = listed_rounds(s, flags)) && (lr = listed_newest(s, now)) &&
 		    !(rc = listed_round(s, lr->name, true, flags, &lr)))
 			for (size_t i = 0; i < s->n_files; i++)
-				if (present(&lr->slots[i]))
+				if (listed_present(&lr->slots[i]))
 					fn(s->files[i].name, arg);
-		pthread_mutex_unlock(&g_lock);
+		pthread_mutex_unlock(&snap_lock);
 		return rc;
 	}
 	struct round *r = latest_round(s, now);
@@ -1585,11 +1202,11 @@ int pfs_snap_latest_all(struct pfs_service *s, int flags, pfs_snap_file_fn fn, v
 	for (size_t i = 0; !rc && i < s->n_files; i++)
 		if (r->slots[i].st == SLOT_READY) /* a failure is EIO by name only */
 			fn(s->files[i].name, arg);
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	return rc;
 }
 
-/* ---- discovered targets (g_lock held) ---- */
+/* ---- discovered targets (snap_lock held) ---- */
 
 /* Target t's files: one per served profile, named after it. */
 static void name_files(struct pfs_service *s, size_t t)
@@ -1613,7 +1230,7 @@ static void name_files(struct pfs_service *s, size_t t)
 }
 
 /* Room for `need` targets. Jobs in flight point into targets and files
- * (j->file, the fetch's target) without g_lock: outgrown arrays are kept
+ * (j->file, the fetch's target) without snap_lock: outgrown arrays are kept
  * until the service is freed (at most as much again: they double). */
 static void reserve(struct pfs_service *s, size_t need)
 {
@@ -1633,7 +1250,7 @@ static void reserve(struct pfs_service *s, size_t need)
 	st->retired = realloc(st->retired, (st->n_retired + 2) * sizeof *st->retired);
 	st->retired[st->n_retired++] = s->targets;
 	st->retired[st->n_retired++] = s->files;
-	/* readers without g_lock (status, merged keys) read the count first */
+	/* readers without snap_lock (status, merged keys) read the count first */
 	__atomic_store_n(&s->targets, targets, __ATOMIC_RELEASE);
 	__atomic_store_n(&s->files, files, __ATOMIC_RELEASE);
 	st->active = realloc(st->active, cap * sizeof *st->active);
@@ -1752,7 +1369,7 @@ void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n
 		nb *= 2;
 	index = malloc(nb * sizeof *index); /* open hash of known names: index + 1 */
 	memset(index, 0, nb * sizeof *index);
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	for (size_t i = 0; i < known; i++) {
 		size_t b = (size_t)pfs_fnv1a(PFS_FNV_INIT, s->targets[i].name) & (nb - 1);
 		while (index[b])
@@ -1800,7 +1417,7 @@ void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n
 			continue;
 		}
 		/* its files were in no round: new names in place (readers of
-		 * names hold g_lock) */
+		 * names hold snap_lock) */
 		size_t i = reuse++;
 		pfs_target_free(&s->targets[i]);
 		s->targets[i] = *t;
@@ -1809,7 +1426,7 @@ void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n
 		name_files(s, i);
 		reset_slots(s, i, false);
 	}
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&snap_lock);
 	free(unused);
 	free(index);
 	free(fresh);
@@ -1820,11 +1437,11 @@ bool pfs_snap_service_gone(struct pfs_service *s)
 {
 	bool gone = s->discovered;
 
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&snap_lock);
 	for (size_t i = 0; gone && i < s->n_targets; i++)
 		gone = !s->state->active[i];
 	for (struct round *r = s->state->rounds; gone && r; r = r->next)
-		gone = !round_has(s, r, SLOT_READY) && !round_has(s, r, SLOT_FETCHING);
-	pthread_mutex_unlock(&g_lock);
+		gone = !snap_round_has(s, r, SLOT_READY) && !snap_round_has(s, r, SLOT_FETCHING);
+	pthread_mutex_unlock(&snap_lock);
 	return gone;
 }
