@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -443,6 +444,19 @@ int pfs_snap_init(struct pfs_config *cfg, char *err, size_t errlen)
 
 /* ---- fetching (snap_lock held unless said) ---- */
 
+void snap_stats_failed(struct pfs_target_stats *ts, time_t now, const char *file,
+		       const char *fmt, ...)
+{
+	va_list ap;
+
+	ts->failures++;
+	ts->last_error_at = now;
+	va_start(ap, fmt);
+	vsnprintf(ts->last_error, sizeof ts->last_error, fmt, ap);
+	va_end(ap);
+	snprintf(ts->last_error_file, sizeof ts->last_error_file, "%s", file);
+}
+
 static size_t stats_index(const struct pfs_service *s, int slot)
 {
 	return s->n_targets ? s->files[slot].target : 0;
@@ -537,10 +551,7 @@ static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason)
 		if (rc == 0 && is_cpu(j->file))
 			pgo_note(s, j, ts, jp->no_start_line);
 	} else {
-		ts->failures++;
-		ts->last_error_at = now;
-		snprintf(ts->last_error, sizeof ts->last_error, "%s", reason);
-		snprintf(ts->last_error_file, sizeof ts->last_error_file, "%s", file);
+		snap_stats_failed(ts, now, file, "%s", reason);
 	}
 	/* a settled round with a file: the uploader's (upload.h) */
 	bool upload = !listed(s) && !snap_round_has(s, r, SLOT_FETCHING) && snap_round_has(s, r, SLOT_READY);
@@ -862,7 +873,7 @@ int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, in
 int pfs_snap_stat_fd(struct pfs_service *s, const char *round, const char *file, int flags,
 		     off_t *size, time_t *mtime, int *fd)
 {
-	int slot = pfs_snap_file_index(s, file), rc = -ENOENT;
+	int slot, rc = -ENOENT;
 
 	if (listed(s)) {
 		struct round *r;
@@ -872,7 +883,7 @@ int pfs_snap_stat_fd(struct pfs_service *s, const char *round, const char *file,
 		pthread_mutex_unlock(&snap_lock);
 		return rc;
 	}
-	if (slot < 0)
+	if ((slot = pfs_snap_file_index(s, file)) < 0)
 		return -ENOENT;
 	pthread_mutex_lock(&snap_lock);
 	struct round *r = lookup_round(s, round);
@@ -903,8 +914,7 @@ bool pfs_snap_round_frozen(struct pfs_service *s, const char *round)
 	pthread_mutex_lock(&snap_lock);
 	struct round *r = windowed(s) ? snap_find_round(s, round) : lookup_round(s, round);
 	if (listed(s)) { /* its files' listing is final */
-		frozen = r && listed_shown(s, r, time(NULL)) && r->listed_ok &&
-			 r->listed_at - r->t >= (time_t)s->cluster->api.settle;
+		frozen = r && listed_shown(s, r, time(NULL)) && listed_final(s, r);
 		pthread_mutex_unlock(&snap_lock);
 		return frozen;
 	}
@@ -1078,7 +1088,7 @@ int pfs_snap_latest(struct pfs_service *s, const char *file, int flags,
 		struct round *lr = NULL;
 		if (!(rc = listed_rounds(s, flags)) && !(lr = listed_newest(s, now)))
 			rc = -ENOENT;
-		if (!rc && !(rc = listed_round(s, lr->name, true, flags, &lr))) {
+		if (!rc && !(rc = listed_files(s, lr, flags))) {
 			memcpy(round, lr->name, PFS_ROUND_NAME_MAX);
 			rc = listed_slot(s, lr, snap_file_index(s, file), flags, size, mtime, NULL);
 		}
@@ -1187,7 +1197,7 @@ int pfs_snap_latest_all(struct pfs_service *s, int flags, pfs_snap_file_fn fn, v
 	if (listed(s)) {
 		struct round *lr = NULL;
 		if (!(rc = listed_rounds(s, flags)) && (lr = listed_newest(s, now)) &&
-		    !(rc = listed_round(s, lr->name, true, flags, &lr)))
+		    !(rc = listed_files(s, lr, flags)))
 			for (size_t i = 0; i < s->n_files; i++)
 				if (listed_present(&lr->slots[i]))
 					fn(s->files[i].name, arg);

@@ -85,6 +85,10 @@ typedef bool (*snap_busy_fn)(const struct pfs_service *s, const struct round *r,
 int snap_wait_busy(struct pfs_service *s, struct round *r, int slot, snap_busy_fn busy,
 		   double seconds, int flags);
 
+/* A failure in a target's (or service's) counters for .status.json. */
+void snap_stats_failed(struct pfs_target_stats *ts, time_t now, const char *file,
+		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* snap_listed.c */
 /* Longest a listing is waited for. */
 double listed_wait(const struct pfs_service *s);
@@ -93,10 +97,15 @@ bool listed_present(const struct slot *sl);
 bool listed_files_busy(const struct pfs_service *s, const struct round *r, int slot);
 /* Start listing the rounds (r NULL) or r's files, if that is due. */
 void listed_start(struct pfs_service *s, struct round *r, time_t now, int flags);
+/* Its files were listed once it was older than settle: never again. */
+bool listed_final(const struct pfs_service *s, const struct round *r);
 /* A round is shown: on disk, or listed and complete. */
 bool listed_shown(const struct pfs_service *s, const struct round *r, time_t now);
 /* The rounds listed (the first listing waited for); -EIO if none ever answered. */
 int listed_rounds(struct pfs_service *s, int flags);
+/* r's files listed (the first listing waited for); -EIO if none ever
+ * answered and nothing of it is on disk. */
+int listed_files(struct pfs_service *s, struct round *r, int flags);
 /* A shown round (*out), its files listed if files. */
 int listed_round(struct pfs_service *s, const char *name, bool files, int flags,
 		 struct round **out);

@@ -133,7 +133,7 @@ void listed_start(struct pfs_service *s, struct round *r, time_t now, int flags)
 	if (*busy || snap_draining)
 		return;
 	if (at && now >= at) {
-		if (r && ok && at - r->t >= (time_t)a->settle)
+		if (r && listed_final(s, r))
 			return;
 		/* a parked request asks again once the listing it waited for
 		 * answered: it takes that answer (and never lists in a loop) */
@@ -146,6 +146,22 @@ void listed_start(struct pfs_service *s, struct round *r, time_t now, int flags)
 	if (r)
 		r->pins++; /* prune leaves it until the answer */
 	s->cluster->src->list(s, r ? r->name : NULL);
+}
+
+bool listed_final(const struct pfs_service *s, const struct round *r)
+{
+	return r->listed_ok && r->listed_at - r->t >= (time_t)s->cluster->api.settle;
+}
+
+/* Start listing the rounds (r NULL) or r's files if that is due, and wait
+ * for the answer only if there never was one: later listings run while
+ * the last answer is served. */
+static int list_now(struct pfs_service *s, struct round *r, int flags)
+{
+	listed_start(s, r, time(NULL), flags);
+	if (r ? r->listed_ok : s->state->listed_ok)
+		return 0;
+	return snap_wait_busy(s, r, 0, r ? listed_files_busy : rounds_busy, listed_wait(s), flags);
 }
 
 /* Shown: on disk already, or listed and complete (a .complete marker, a
@@ -174,20 +190,24 @@ int listed_rounds(struct pfs_service *s, int flags)
 	struct round *newest = NULL;
 	int rc = 0;
 
-	/* once listed, a listing serves what it has while a refresh runs */
-	listed_start(s, NULL, now, flags);
-	if (!s->state->listed_ok && (rc = snap_wait_busy(s, NULL, 0, rounds_busy, listed_wait(s), flags)))
+	if ((rc = list_now(s, NULL, flags)))
 		return rc;
 	if (!s->state->listed_ok && !s->state->rounds)
 		return -EIO; /* the failure is logged */
 	for (struct round *r = s->state->rounds; r; r = r->next)
 		if (r->in_bucket)
 			newest = r;
-	if (newest && !listed_shown(s, newest, now)) { /* again after list_ttl */
-		listed_start(s, newest, now, flags);
-		if (!newest->listed_ok)
-			rc = snap_wait_busy(s, newest, 0, listed_files_busy, listed_wait(s), flags);
-	}
+	if (newest && !listed_shown(s, newest, now)) /* again after list_ttl */
+		rc = list_now(s, newest, flags);
+	return rc;
+}
+
+int listed_files(struct pfs_service *s, struct round *r, int flags)
+{
+	int rc = list_now(s, r, flags);
+
+	if (!rc && !r->listed_ok && !snap_round_has(s, r, SLOT_READY))
+		rc = -EIO; /* logged */
 	return rc;
 }
 
@@ -204,13 +224,8 @@ int listed_round(struct pfs_service *s, const char *name, bool files, int flags,
 		return rc;
 	if (!(r = snap_find_round(s, name)) || !listed_shown(s, r, time(NULL)))
 		return -ENOENT;
-	if (files) {
-		listed_start(s, r, time(NULL), flags);
-		if (!r->listed_ok && (rc = snap_wait_busy(s, r, 0, listed_files_busy, listed_wait(s), flags)))
-			return rc;
-		if (!r->listed_ok && !snap_round_has(s, r, SLOT_READY))
-			return -EIO;
-	}
+	if (files && (rc = listed_files(s, r, flags)))
+		return rc;
 	*out = r;
 	return 0;
 }
@@ -318,11 +333,7 @@ void pfs_snap_listed(struct pfs_service *s, const char *round, const struct pfs_
 		st->list_error[0] = '\0';
 	} else {
 		/* .status.json shows it as the service's last error */
-		struct pfs_target_stats *ts = &st->stats[0];
-		ts->failures++;
-		ts->last_error_at = now;
-		snprintf(ts->last_error, sizeof ts->last_error, "listing: %s", err);
-		snprintf(ts->last_error_file, sizeof ts->last_error_file, "%s", round ? round : "");
+		snap_stats_failed(&st->stats[0], now, round ? round : "", "listing: %s", err);
 		if (strcmp(st->list_error, err)) {
 			snprintf(st->list_error, sizeof st->list_error, "%s", err);
 			say = true;
