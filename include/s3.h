@@ -22,6 +22,11 @@ struct pfs_parser;
 
 /* s URI-encoded: every byte but A-Za-z0-9-_.~ (and '/' if keep_slash). */
 char *pfs_s3_encode(const char *s, bool keep_slash);
+/* <t's URL>/<bucket>/<key encoded> (malloc'd): path-style. */
+char *pfs_s3_object_url(const struct pfs_target *t, const char *bucket, const char *key);
+/* A CommonPrefix "<prefix><child>/" of a listing of prefix (plen bytes):
+ * true, and the child's length (it starts at name + plen). */
+bool pfs_s3_child(const char *name, const char *prefix, size_t plen, size_t *len);
 /* "region", else AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1. */
 const char *pfs_s3_region(json_t *obj);
 /* https://s3.<region>.amazonaws.com (malloc'd). */

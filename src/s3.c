@@ -30,6 +30,26 @@ char *pfs_s3_encode(const char *s, bool keep_slash)
 	return out;
 }
 
+char *pfs_s3_object_url(const struct pfs_target *t, const char *bucket, const char *key)
+{
+	char *enc = pfs_s3_encode(key, true), *url;
+
+	if (asprintf(&url, "%s/%s/%s", t->url, bucket, enc) < 0)
+		url = NULL;
+	free(enc);
+	return url;
+}
+
+bool pfs_s3_child(const char *name, const char *prefix, size_t plen, size_t *len)
+{
+	size_t n = strlen(name);
+
+	if (n <= plen + 1 || strncmp(name, prefix, plen) || name[n - 1] != '/')
+		return false;
+	*len = n - plen - 1;
+	return true;
+}
+
 const char *pfs_s3_region(json_t *obj)
 {
 	const char *r = json_string_value(json_object_get(obj, "region"));

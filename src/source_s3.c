@@ -77,15 +77,15 @@ static int list_sync(struct pfs_cluster *c, const char *prefix,
 		}
 		for (size_t i = 0; !rc && i < l.n_prefixes; i++) {
 			const char *name = l.prefixes[i];
-			size_t n = strlen(name);
-			if (n > plen + 1 && strncmp(name, prefix, plen) == 0 && name[n - 1] == '/') {
+			size_t n;
+			if (pfs_s3_child(name, prefix, plen, &n)) {
 				if (++seen > MAX_SERVICES) {
 					snprintf(why, sizeof why, "more than %d services: the rest left out",
 						 MAX_SERVICES);
 					rc = -1;
 					break;
 				}
-				char *part = strndup(name + plen, n - plen - 1);
+				char *part = strndup(name + plen, n);
 				fn(c, part);
 				free(part);
 			}
@@ -195,10 +195,9 @@ static void lister_page(void *arg)
 	}
 	if (!l->round) { /* rounds: "<prefix><time>/" */
 		for (size_t i = 0; i < page.n_prefixes; i++) {
-			const char *p = page.prefixes[i];
-			size_t n = strlen(p);
-			if (n > plen + 1 && strncmp(p, l->prefix, plen) == 0 && p[n - 1] == '/')
-				lister_add(l, p + plen, n - plen - 1, 0);
+			size_t n;
+			if (pfs_s3_child(page.prefixes[i], l->prefix, plen, &n))
+				lister_add(l, page.prefixes[i] + plen, n, 0);
 		}
 	} else { /* files: "<prefix><name>" */
 		for (size_t i = 0; i < page.n_objects; i++) {
@@ -249,17 +248,14 @@ static void list(struct pfs_service *s, const char *round)
 static void start(struct pfs_job *j)
 {
 	const struct pfs_api *a = &j->svc->cluster->api;
-	char round[PFS_ROUND_NAME_MAX], *key, *enc;
-	struct tm tm;
+	char round[32], *key;
 
-	gmtime_r(&j->from, &tm);
-	strftime(round, sizeof round, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	pfs_rfc3339(j->from, round); /* the <time> name */
 	if (asprintf(&key, "%s%s/%s/%s", a->prefix, j->svc->upstream, round, j->file->name) < 0)
 		key = NULL;
-	enc = pfs_s3_encode(key ? key : "", true);
-	pfs_job_set(&j->url, "%s/%s/%s", a->target.url, a->bucket, enc);
+	free(j->url);
+	j->url = pfs_s3_object_url(&a->target, a->bucket, key ? key : "");
 	pfs_job_set(&j->what, "s3://%s/%s", a->bucket, key ? key : "");
-	free(enc);
 	free(key);
 	pfs_http_start(j, &a->target, NULL, pfs_source_pprof.decode);
 }

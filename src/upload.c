@@ -136,13 +136,10 @@ static long request(const char *method, const char *key, const uint8_t *body, si
 		    char *err, size_t errlen)
 {
 	const struct pfs_upload *u = g.u;
-	char *enc = pfs_s3_encode(key, true), *url;
+	char *url = pfs_s3_object_url(&u->target, u->bucket, key);
 	bool put = strcmp(method, "PUT") == 0;
 	long status;
 
-	if (asprintf(&url, "%s/%s/%s", u->target.url, u->bucket, enc) < 0)
-		url = NULL;
-	free(enc);
 	struct pfs_fetch f = {
 		.url = url, .target = put ? &u->put : &u->target,
 		.method = strcmp(method, "GET") ? method : NULL,
