@@ -312,6 +312,26 @@ static struct item *take(time_t now, time_t *next)
 	return NULL;
 }
 
+/* Drop the queued rounds due after `after` (-1: all), g.lock held or the
+ * threads gone: how many. */
+static size_t drop_queued(time_t after)
+{
+	size_t n = 0;
+
+	for (struct item **pp = &g.head; *pp;) {
+		struct item *it = *pp;
+		if (it->not_before <= after) {
+			pp = &it->next;
+			continue;
+		}
+		*pp = it->next;
+		item_free(it);
+		g.n--;
+		n++;
+	}
+	return n;
+}
+
 static void *uploader_main(void *unused)
 {
 	(void)unused;
@@ -371,22 +391,7 @@ void pfs_upload_stop(void)
 	pthread_mutex_lock(&g.lock);
 	g.stopping = true;
 	/* retries due later are left out: the rest goes while the threads last */
-	time_t now = time(NULL), next;
-	struct item *due = NULL, *it;
-	size_t n_due = 0;
-	while ((it = take(now, &next))) {
-		it->next = due;
-		due = it;
-		n_due++;
-	}
-	left = g.n;
-	while (g.head) {
-		it = g.head;
-		g.head = it->next;
-		item_free(it);
-	}
-	g.head = due;
-	g.n = n_due;
+	left = drop_queued(time(NULL));
 	pthread_cond_broadcast(&g.cond);
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += DRAIN_SECONDS;
@@ -394,18 +399,13 @@ void pfs_upload_stop(void)
 	while (g.n && pthread_cond_timedwait(&g.cond, &g.lock, &dl) != ETIMEDOUT)
 		;
 	g.abort = true;
-	left += g.n;
 	pthread_cond_broadcast(&g.cond);
 	pthread_mutex_unlock(&g.lock);
 	for (size_t i = 0; i < g.n_threads; i++)
 		pthread_join(g.threads[i], NULL);
+	left += drop_queued(-1); /* aborted: requeues none */
 	if (left)
 		pfs_warn("upload: unmounting with %zu rounds not uploaded", left);
-	while (g.head) {
-		struct item *it = g.head;
-		g.head = it->next;
-		item_free(it);
-	}
 	free(g.threads);
 	g.threads = NULL;
 	g.n_threads = 0;
