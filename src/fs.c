@@ -270,8 +270,17 @@ struct inode {
 	};
 	struct doc *doc;           /* a pinned .status.json */
 	struct inode *next_ino, *next_path;
+	struct inode *limbo_prev, *limbo_next; /* forgotten, kept a while: g_limbo */
 	char path[];
 };
+
+/* Nodes the kernel forgot stay known by path for a while: the next lookup
+ * of that path gets the same inode number. A path stat'ed and then opened
+ * (cp, install and tar compare the two) keeps its inode even when the
+ * kernel dropped the entry in between (an invalidation, memory pressure). */
+#define LIMBO_MAX 4096
+static struct inode g_limbo = {.limbo_prev = &g_limbo, .limbo_next = &g_limbo};
+static size_t g_n_limbo;
 
 static pthread_mutex_t g_nodes_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct inode **g_by_ino, **g_by_path;
@@ -312,6 +321,25 @@ static struct inode *node_by_ino(fuse_ino_t ino)
 	return NULL;
 }
 
+/* g_nodes_lock held: the node with this path, or NULL. */
+static struct inode *node_by_path(const char *path)
+{
+	for (struct inode *nd = g_buckets ? g_by_path[hash_str(path) % g_buckets] : NULL; nd;
+	     nd = nd->next_path)
+		if (strcmp(nd->path, path) == 0)
+			return nd;
+	return NULL;
+}
+
+/* g_nodes_lock held: a forgotten node known again (or about to go). */
+static void limbo_out(struct inode *nd)
+{
+	nd->limbo_prev->limbo_next = nd->limbo_next;
+	nd->limbo_next->limbo_prev = nd->limbo_prev;
+	nd->limbo_prev = nd->limbo_next = NULL;
+	g_n_limbo--;
+}
+
 /* The node of path, made if new; one more lookup counted. */
 static fuse_ino_t node_ref(const char *path)
 {
@@ -321,11 +349,17 @@ static fuse_ino_t node_ref(const char *path)
 	pthread_mutex_lock(&g_nodes_lock);
 	if (g_n_nodes >= g_buckets * 2)
 		nodes_grow();
-	for (nd = g_by_path[hash_str(path) % g_buckets]; nd; nd = nd->next_path)
-		if (strcmp(nd->path, path) == 0)
-			break;
+	if ((nd = node_by_path(path)) && nd->limbo_next) { /* forgotten: again */
+		limbo_out(nd);
+		if (!strchr(nd->path, PIN))
+			nd->list_sig = 0; /* the kernel has no listing of it now */
+	}
 	if (!nd) {
-		nd = calloc(1, sizeof *nd + strlen(path) + 1);
+		/* a merged/ node looked up unbuilt ("\1n<n>") is renamed to
+		 * its result's version once built (node_version): room for it */
+		const char *pin = strchr(path, PIN);
+		size_t room = pin && pin[1] == 'n' ? 18 : 0;
+		nd = calloc(1, sizeof *nd + strlen(path) + 1 + room);
 		nd->ino = g_next_ino++;
 		memcpy(nd->path, path, strlen(path) + 1);
 		nd->next_ino = g_by_ino[nd->ino % g_buckets];
@@ -340,28 +374,42 @@ static fuse_ino_t node_ref(const char *path)
 	return ino;
 }
 
-static void node_forget(fuse_ino_t ino, uint64_t n)
+/* g_nodes_lock held: out of both tables, freed. */
+static void node_unlink_free(struct inode *nd)
 {
-	struct inode **pp, *nd;
+	struct inode **pp;
 
-	pthread_mutex_lock(&g_nodes_lock);
-	nd = node_by_ino(ino);
-	if (nd)
-		nd->nlookup = n < nd->nlookup ? nd->nlookup - n : 0;
-	if (!nd || nd->nlookup > 0) {
-		pthread_mutex_unlock(&g_nodes_lock);
-		return;
-	}
-	for (pp = &g_by_ino[ino % g_buckets]; *pp != nd; pp = &(*pp)->next_ino)
+	for (pp = &g_by_ino[nd->ino % g_buckets]; *pp != nd; pp = &(*pp)->next_ino)
 		;
 	*pp = nd->next_ino;
 	for (pp = &g_by_path[hash_str(nd->path) % g_buckets]; *pp != nd; pp = &(*pp)->next_path)
 		;
 	*pp = nd->next_path;
 	g_n_nodes--;
-	pthread_mutex_unlock(&g_nodes_lock);
 	free(nd->doc);
 	free(nd);
+}
+
+static void node_forget(fuse_ino_t ino, uint64_t n)
+{
+	struct inode *nd;
+
+	pthread_mutex_lock(&g_nodes_lock);
+	nd = node_by_ino(ino);
+	if (nd)
+		nd->nlookup = n < nd->nlookup ? nd->nlookup - n : 0;
+	if (nd && nd->nlookup == 0 && !nd->limbo_next) {
+		nd->limbo_prev = g_limbo.limbo_prev; /* the newest last */
+		nd->limbo_next = &g_limbo;
+		g_limbo.limbo_prev->limbo_next = nd;
+		g_limbo.limbo_prev = nd;
+		if (++g_n_limbo > LIMBO_MAX) {
+			struct inode *old = g_limbo.limbo_next;
+			limbo_out(old);
+			node_unlink_free(old);
+		}
+	}
+	pthread_mutex_unlock(&g_nodes_lock);
 }
 
 /* The path of ino (malloc'd), or NULL. */
@@ -415,13 +463,43 @@ static int node_doc(fuse_ino_t ino, char **copy, size_t *len, time_t *t)
 	return rc;
 }
 
+/* g_nodes_lock held: an unbuilt merged/ node ("<file>\1n<n>") now reads
+ * version v: it takes the name a lookup of that result gives
+ * ("<file>\1<v>"), so a path stat'ed (which built it) and then opened
+ * (looked up again) keeps its inode, as cp and install check. */
+static void node_rename_built(struct inode *nd, uint64_t v)
+{
+	char *pin = strchr(nd->path, PIN), name[1024];
+	struct inode **pp;
+
+	if (!pin || pin[1] != 'n')
+		return;
+	snprintf(name, sizeof name, "%.*s%c%016llx", (int)(pin - nd->path), nd->path, PIN,
+		 (unsigned long long)v);
+	struct inode *had = node_by_path(name);
+	if (had && !had->limbo_next)
+		return; /* a lookup made that node already */
+	if (had) { /* one the kernel forgot: this one takes its name */
+		limbo_out(had);
+		node_unlink_free(had);
+	}
+	for (pp = &g_by_path[hash_str(nd->path) % g_buckets]; *pp != nd; pp = &(*pp)->next_path)
+		;
+	*pp = nd->next_path;
+	strcpy(pin, name + (pin - nd->path)); /* room made by node_ref */
+	nd->next_path = g_by_path[hash_str(nd->path) % g_buckets];
+	g_by_path[hash_str(nd->path) % g_buckets] = nd;
+}
+
 /* The merge result a node looked up unbuilt reads: the first one offered. */
 static uint64_t node_version(fuse_ino_t ino, uint64_t offer)
 {
 	pthread_mutex_lock(&g_nodes_lock);
 	struct inode *nd = node_by_ino(ino);
-	if (nd && !nd->version)
+	if (nd && !nd->version && offer) {
 		nd->version = offer;
+		node_rename_built(nd, offer);
+	}
 	uint64_t v = nd ? nd->version : offer;
 	pthread_mutex_unlock(&g_nodes_lock);
 	return v;
@@ -477,6 +555,8 @@ static void nodes_free(void)
 	free(g_by_path);
 	g_by_ino = g_by_path = NULL;
 	g_buckets = g_n_nodes = 0;
+	g_limbo.limbo_prev = g_limbo.limbo_next = &g_limbo;
+	g_n_limbo = 0;
 }
 
 /* ---- attributes ---- */
@@ -1207,10 +1287,9 @@ static fuse_ino_t node_find(const char *path)
 	fuse_ino_t ino = 0;
 
 	pthread_mutex_lock(&g_nodes_lock);
-	for (struct inode *nd = g_buckets ? g_by_path[hash_str(path) % g_buckets] : NULL; nd;
-	     nd = nd->next_path)
-		if (strcmp(nd->path, path) == 0)
-			ino = nd->ino;
+	struct inode *nd = node_by_path(path);
+	if (nd)
+		ino = nd->ino;
 	pthread_mutex_unlock(&g_nodes_lock);
 	return ino;
 }
@@ -1419,6 +1498,29 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 		  g_no_opendir ? "alone" : "through us");
 }
 
+/* The generation of the .status.json node to give: the last one's if it
+ * was made less than a second ago (true), else a new one (false). */
+static bool status_recent(uint64_t *gen)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static uint64_t last_gen;
+	static struct timespec last_at;
+	struct timespec now;
+	bool recent;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	pthread_mutex_lock(&lock);
+	recent = last_gen && (double)(now.tv_sec - last_at.tv_sec) +
+				     (double)(now.tv_nsec - last_at.tv_nsec) / 1e9 < 1.0;
+	if (!recent) {
+		last_gen = fresh_gen();
+		last_at = now;
+	}
+	*gen = last_gen;
+	pthread_mutex_unlock(&lock);
+	return recent;
+}
+
 static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	char *dir = node_path(parent), path[1024];
@@ -1481,7 +1583,7 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		 * (a new input drops it at once: merged_changed). Not built yet:
 		 * a node of its own, reading the result its getattr finds. */
 		size_t n = strlen(path);
-		if (l.version && e.attr_timeout > 0) {
+		if (l.version) { /* the entry may last less: a result about to leave */
 			snprintf(path + n, sizeof path - n, "%c%016llx", PIN,
 				 (unsigned long long)l.version);
 			e.attr_timeout = FROZEN_TIMEOUT;
@@ -1492,15 +1594,25 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		}
 	} else if (l.node == N_STATUS) {
 		/* a document made now, its own node; the name is looked up anew
-		 * at each open */
-		doc = pfs_status_json(g_cfg, g_mount_time, &doc_len);
+		 * at each open. Within a second of the last one, that one: a
+		 * stat and then an open (cp) read one document, one inode. */
+		uint64_t gen;
+		if (!status_recent(&gen))
+			doc = pfs_status_json(g_cfg, g_mount_time, &doc_len);
 		e.attr.st_size = (off_t)doc_len;
 		snprintf(path, sizeof path, "/%s%c%llx", PFS_STATUS_FILE, PIN,
-			 (unsigned long long)fresh_gen());
+			 (unsigned long long)gen);
 		e.attr_timeout = FROZEN_TIMEOUT;
 		e.entry_timeout = 0;
 	}
 	e.ino = node_ref(path);
+	if (l.node == N_STATUS && !doc) {
+		time_t t;
+		if (node_doc(e.ino, NULL, &doc_len, &t) == 0) {
+			e.attr.st_size = (off_t)doc_len;
+			e.attr.st_mtime = t;
+		}
+	}
 	e.attr.st_ino = e.ino;
 	if (doc)
 		node_set_doc(e.ino, doc, doc_len, e.attr.st_mtime);
