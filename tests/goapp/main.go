@@ -19,6 +19,15 @@
 //	swap       any profile name serves the goroutine profile (other sample types)
 //
 // With -token T every request must carry "Authorization: Bearer T".
+//
+// A known workload, for tests that check the numbers a merge serves:
+//
+//	-alloc-rate R     allocate R MiB per second in main.allocSteady (64 KiB
+//	                  objects, a GC every 100 ms so the heap profile is current)
+//	-live-heap H      keep H MiB live from start in main.holdLive
+//	-goroutines G     park G goroutines in main.parkedKnown
+//	-contend-rate N   N mutex contentions per second in main.contendKnown
+//	                  (its waiters block in main.contendKnown.func1)
 package main
 
 import (
@@ -85,6 +94,57 @@ func contendMutex() {
 
 //go:noinline
 func parkedGoroutine(ch chan struct{}) { <-ch }
+
+var allocSink []byte
+
+// allocSteady allocates mibps MiB per second, paced by the clock.
+//
+//go:noinline
+func allocSteady(mibps float64) {
+	const chunk = 64 << 10
+	perSec := mibps * (1 << 20) / chunk
+	start, n := time.Now(), 0
+	for {
+		for want := int(time.Since(start).Seconds() * perSec); n < want; n++ {
+			allocSink = make([]byte, chunk)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var live [][]byte
+
+//go:noinline
+func holdLive(mib int) {
+	live = make([][]byte, 0, mib*16)
+	for i := 0; i < mib*16; i++ {
+		live = append(live, make([]byte, 64<<10))
+	}
+}
+
+//go:noinline
+func parkedKnown(ch chan struct{}) { <-ch }
+
+// contendKnown makes rate mutex contentions a second: it holds mu while a
+// new goroutine waits for it (a block event there), then unlocks (a mutex
+// event here).
+//
+//go:noinline
+func contendKnown(rate int) {
+	var mu sync.Mutex
+	period := time.Second / time.Duration(rate)
+	for next := time.Now(); ; {
+		next = next.Add(period)
+		mu.Lock()
+		go func() {
+			mu.Lock()
+			mu.Unlock()
+		}()
+		time.Sleep(2 * time.Millisecond) // the waiter parks on mu
+		mu.Unlock()
+		time.Sleep(time.Until(next))
+	}
+}
 
 // relay sends a recorded response on unchanged: headers, status, body.
 func relay(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
@@ -174,6 +234,10 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "listen address")
 	portFile := flag.String("port-file", "", "write the port chosen here once listening")
 	token := flag.String("token", "", "require Authorization: Bearer TOKEN")
+	allocRate := flag.Float64("alloc-rate", 0, "allocate this many MiB/s in main.allocSteady")
+	liveHeap := flag.Int("live-heap", 0, "keep this many MiB live in main.holdLive")
+	goroutines := flag.Int("goroutines", 0, "park this many goroutines in main.parkedKnown")
+	contendRate := flag.Int("contend-rate", 0, "mutex contentions per second in main.contendKnown")
 	flag.Parse()
 
 	runtime.MemProfileRate = 1
@@ -181,6 +245,25 @@ func main() {
 	runtime.SetMutexProfileFraction(1)
 	go burnCPU()
 	go retainHeap()
+	if *liveHeap > 0 {
+		holdLive(*liveHeap)
+	}
+	if *allocRate > 0 {
+		go allocSteady(*allocRate)
+		go func() { // the heap profile is as of the last GC
+			for {
+				time.Sleep(100 * time.Millisecond)
+				runtime.GC()
+			}
+		}()
+	}
+	known := make(chan struct{})
+	for i := 0; i < *goroutines; i++ {
+		go parkedKnown(known)
+	}
+	if *contendRate > 0 {
+		go contendKnown(*contendRate)
+	}
 	// Let the heap profile show retainHeap from the first request on: it
 	// reports the heap as of the last completed GC.
 	time.Sleep(50 * time.Millisecond)
