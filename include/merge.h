@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 struct pfs_pb; /* a profile under construction, deduplicating as it goes */
 
@@ -69,5 +70,51 @@ int pfs_pprof_merge_ex(const uint8_t *const *in, const size_t *inlen, size_t n, 
 #define PFS_PGO_KEEP_LOCATIONS 5
 int pfs_pprof_pgo(const uint8_t *const *in, const size_t *inlen, size_t n, size_t max_raw,
 		  size_t *used, uint8_t **gz, size_t *gzlen, char *err, size_t errlen);
+
+/* How a sample type's values combine over time (README, "What the
+ * numbers mean"). */
+enum pfs_merge_rule {
+	PFS_RULE_SUM,        /* work in a window (cpu, an API's deltas): summed */
+	PFS_RULE_CUMULATIVE, /* totals since the process started: per target the
+			      * differences between consecutive snapshots */
+	PFS_RULE_GAUGE,      /* a value at an instant: per target the mean */
+};
+/* The rule of a Go runtime/pprof sample type in scraped snapshots: cpu
+ * and samples sum; alloc_*, contentions, delay and threadcreate are
+ * cumulative; inuse_*, goroutine and any other type are gauges. */
+enum pfs_merge_rule pfs_merge_rule_go(const char *type, const char *unit);
+/* The rule of a type in an API's windows (Pyroscope, Coroot): inuse and
+ * goroutine types are gauges, the rest deltas (sum). */
+enum pfs_merge_rule pfs_merge_rule_window(const char *type, const char *unit);
+
+struct pfs_merge_rules {
+	bool windows; /* inputs are API windows: no type is cumulative */
+	/* the rule of each sample type (NULL: pfs_merge_rule_window or _go) */
+	enum pfs_merge_rule (*rule)(void *arg, const char *type, const char *unit);
+	void *arg;
+};
+
+/* One snapshot to merge. */
+struct pfs_merge_in {
+	const uint8_t *gz;
+	size_t len;
+	size_t series;    /* the target (or API type) it is a snapshot of */
+	time_t t;         /* when it was taken: the order within its series */
+	bool base;        /* the series' last snapshot before the range: only
+			   * the base of its first difference */
+	const char *name; /* the series' name, for the comment and errors */
+};
+/* Merge snapshots over a time range, each sample type by its rule: sums
+ * summed; cumulative types per series as differences between consecutive
+ * snapshots, stack by stack (same locations and labels), attributed to the
+ * later one (a series' first snapshot, without a base, only begins it; a
+ * total that goes down or a stack that shrinks is a restart, and that step
+ * counts the later snapshot whole; nothing negative); gauges per series as
+ * the mean of its snapshots. Series add up. time_nanos is the first
+ * instant covered, duration_nanos the span; comments (go tool pprof
+ * -comments) say what went in and each rule, headed by `what`. */
+int pfs_pprof_merge_range(const struct pfs_merge_in *in, size_t n, size_t max_raw,
+			  const struct pfs_merge_rules *rules, const char *what, uint8_t **gz,
+			  size_t *gzlen, char *err, size_t errlen);
 
 #endif

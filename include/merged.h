@@ -33,8 +33,9 @@ bool pfs_merged_has(struct pfs_service *s, const struct pfs_range *r, const char
  * failed (logged once). */
 int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
 		    time_t *mtime, double *valid, uint64_t *version);
-/* The same without building: -EAGAIN unless built from the current inputs
- * (and for windows, whose inputs are fetched when chosen). */
+/* The same without building or waiting: -EAGAIN unless built from the
+ * current inputs, all of them there already (windows fetched, listed
+ * rounds listed). */
 int pfs_merged_peek(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
 		    time_t *mtime, double *valid, uint64_t *version);
 /* Size and mtime of a version; -ESTALE once it is neither the current

@@ -125,14 +125,18 @@ bool pfs_snap_latest_settled(struct pfs_service *s);
 /* A frozen file that a merge reads. */
 struct pfs_snap_input {
 	char round[PFS_ROUND_NAME_MAX];
-	char file[256]; /* its cache key */
+	char file[256]; /* its cache key: one per target (or API type) */
 	time_t t;
+	bool base; /* before `since`: the base of the file's first difference */
 };
-/* Frozen files with this merge key from `since` on, oldest first (*out
- * malloc'd); for windows every window from `since` on is fetched first.
- * Returns how many. */
-size_t pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since,
-		       struct pfs_snap_input **out);
+/* Frozen files with this merge key from `since` on, oldest first, then
+ * (scrapes and listed kinds) the newest one before `since` of each file
+ * that has one from `since` on (base): *count of them in *out (malloc'd).
+ * With PFS_SNAP_WAIT windows from `since` on (listed kinds: rounds and
+ * their files) are fetched first; without, -EAGAIN unless all of them
+ * are there already. */
+int pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since, int flags,
+		    struct pfs_snap_input **out, size_t *count);
 
 /* Counters per target (pprof) or per service (other kinds). */
 struct pfs_target_stats {

@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "fetch.h"
+#include "merge.h"
 
 #include <jansson.h>
 
@@ -81,6 +82,11 @@ struct pfs_source_ops {
 	 * one at a time (cpugate.h). False: no such key. May be NULL. */
 	bool (*cpu_key)(const struct pfs_service *s, const struct pfs_file *f, char *out,
 			size_t outlen);
+	/* How a sample type of file f's snapshots combines over time in
+	 * merged/ (merge.h). NULL: by the type's name (pfs_merge_rule_window
+	 * for windows, pfs_merge_rule_go for scrapes). */
+	enum pfs_merge_rule (*merge_rule)(const struct pfs_file *f, const char *type,
+					  const char *unit);
 };
 
 const struct pfs_source_ops *pfs_source_find(const char *kind);

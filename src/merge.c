@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef Perftools__Profiles__Profile Profile;
 
@@ -288,50 +289,69 @@ uint64_t pfs_pb_location(struct pfs_pb *b, uint64_t mapping_id, uint64_t address
 	return l->id;
 }
 
-void pfs_pb_sample(struct pfs_pb *b, const uint64_t *locs, size_t n_locs, const int64_t *values,
-		   const struct pfs_pb_label *labels, size_t n_labels)
+/* A sample's identity in b: its locations and labels (b's ids), as bytes. */
+static void sample_key(struct kbuf *k, const uint64_t *locs, size_t n_locs,
+		       const struct pfs_pb_label *labels, size_t n_labels)
 {
-	size_t nv = b->p->n_sample_type;
+	k->n = 0;
+	kb_u64(k, n_locs);
+	kb_put(k, locs, n_locs * sizeof *locs);
+	kb_put(k, labels, n_labels * sizeof *labels);
+}
+
+/* Add values to the sample whose identity is key (sample_key's bytes). */
+static void sample_add_keyed(struct pfs_pb *b, const uint8_t *key, size_t klen,
+			     const int64_t *values)
+{
+	size_t nv = b->p->n_sample_type, n_locs, n_labels;
 	struct hent *e;
-	uint64_t h;
+	uint64_t h, n;
 	bool zero = true;
 
 	for (size_t i = 0; i < nv; i++)
 		zero = zero && values[i] == 0;
 	if (zero)
 		return; /* pprof's merge drops all-zero samples too */
-	b->key.n = 0;
-	kb_u64(&b->key, n_locs);
-	kb_put(&b->key, locs, n_locs * sizeof *locs);
-	kb_put(&b->key, labels, n_labels * sizeof *labels);
-	e = ht_find(&b->samples, b->key.p, b->key.n, &h);
+	e = ht_find(&b->samples, key, klen, &h);
 	if (e->key) {
 		Perftools__Profiles__Sample *s = b->p->sample[e->val];
 		for (size_t i = 0; i < nv; i++)
 			s->value[i] = wrap_add(s->value[i], values[i]);
 		return;
 	}
+	memcpy(&n, key, sizeof n);
+	n_locs = (size_t)n;
+	n_labels = (klen - sizeof n - n_locs * sizeof(uint64_t)) / sizeof(struct pfs_pb_label);
 	Perftools__Profiles__Sample *s = malloc(sizeof *s);
 	perftools__profiles__sample__init(s);
-	s->location_id = malloc((n_locs ? n_locs : 1) * sizeof *locs);
+	s->location_id = malloc((n_locs ? n_locs : 1) * sizeof *s->location_id);
 	if (n_locs)
-		memcpy(s->location_id, locs, n_locs * sizeof *locs);
+		memcpy(s->location_id, key + sizeof n, n_locs * sizeof *s->location_id);
 	s->n_location_id = n_locs;
 	s->value = malloc((nv ? nv : 1) * sizeof *values);
 	memcpy(s->value, values, nv * sizeof *values);
 	s->n_value = nv;
 	s->label = calloc(n_labels ? n_labels : 1, sizeof *s->label);
 	for (size_t i = 0; i < n_labels; i++) {
+		struct pfs_pb_label pl;
+		memcpy(&pl, key + sizeof n + n_locs * sizeof(uint64_t) + i * sizeof pl, sizeof pl);
 		Perftools__Profiles__Label *l = malloc(sizeof *l);
 		perftools__profiles__label__init(l);
-		l->key = labels[i].key;
-		l->str = labels[i].str;
-		l->num = labels[i].num;
-		l->num_unit = labels[i].num_unit;
+		l->key = pl.key;
+		l->str = pl.str;
+		l->num = pl.num;
+		l->num_unit = pl.num_unit;
 		s->label[s->n_label++] = l;
 	}
-	ht_set(&b->samples, e, h, b->key.p, b->key.n, b->p->n_sample);
+	ht_set(&b->samples, e, h, key, klen, b->p->n_sample);
 	PUSH(b->p->sample, b->p->n_sample, b->cap_sample, s);
+}
+
+void pfs_pb_sample(struct pfs_pb *b, const uint64_t *locs, size_t n_locs, const int64_t *values,
+		   const struct pfs_pb_label *labels, size_t n_labels)
+{
+	sample_key(&b->key, locs, n_locs, labels, n_labels);
+	sample_add_keyed(b, b->key.p, b->key.n, values);
 }
 
 int pfs_pb_finish(struct pfs_pb *b, uint8_t **gz, size_t *gzlen, char *err, size_t errlen)
@@ -521,10 +541,17 @@ static uint64_t map_location(struct src_map *m, size_t i, bool leaf)
 	return *id;
 }
 
+/* Where add_profile puts each sample once mapped into b's ids (NULL:
+ * pfs_pb_sample, the merge's sum). */
+struct sink {
+	void (*fn)(struct sink *k, struct pfs_pb *b, const uint64_t *locs, size_t n_locs,
+		   const int64_t *values, const struct pfs_pb_label *labels, size_t n_labels);
+};
+
 /* Copy every sample of src into b, remapping ids and string indices,
  * shaped as o says. */
 static int add_profile(struct pfs_pb *b, const Profile *src, const struct pfs_merge_opts *o,
-		       char *err, size_t errlen)
+		       struct sink *sink, char *err, size_t errlen)
 {
 	size_t nf = src->n_function, nm = src->n_mapping, nl = src->n_location;
 	struct src_map m = {
@@ -585,7 +612,10 @@ static int add_profile(struct pfs_pb *b, const Profile *src, const struct pfs_me
 			labels[j] = (struct pfs_pb_label){SRC_STR(&m, l->key), l->str ? SRC_STR(&m, l->str) : 0,
 							  l->num, l->num_unit ? SRC_STR(&m, l->num_unit) : 0};
 		}
-		pfs_pb_sample(b, locs, n_locs, s->value, labels, n_labels);
+		if (sink)
+			sink->fn(sink, b, locs, n_locs, s->value, labels, n_labels);
+		else
+			pfs_pb_sample(b, locs, n_locs, s->value, labels, n_labels);
 	}
 	rc = 0;
 out:
@@ -594,6 +624,30 @@ out:
 	free(m.fx.sorted), free(m.mx.sorted), free(m.lx.sorted);
 	free(m.lines), free(locs), free(labels);
 	return rc;
+}
+
+/* A builder with p0's sample types, period type, frame filters and
+ * default sample type. */
+static struct pfs_pb *builder_like(const Profile *p0)
+{
+	struct pfs_pb *b = pfs_pb_new();
+	const char *types[64], *units[64];
+	size_t nt = p0->n_sample_type < 64 ? p0->n_sample_type : 64;
+
+	for (size_t i = 0; i < nt; i++) {
+		types[i] = str_at(p0, p0->sample_type[i]->type);
+		units[i] = str_at(p0, p0->sample_type[i]->unit);
+	}
+	pfs_pb_set_types(b, types, units, nt,
+			 p0->period_type ? str_at(p0, p0->period_type->type) : NULL,
+			 p0->period_type ? str_at(p0, p0->period_type->unit) : NULL);
+	if (p0->drop_frames)
+		b->p->drop_frames = pfs_pb_str(b, str_at(p0, p0->drop_frames));
+	if (p0->keep_frames)
+		b->p->keep_frames = pfs_pb_str(b, str_at(p0, p0->keep_frames));
+	if (p0->default_sample_type)
+		b->p->default_sample_type = pfs_pb_str(b, str_at(p0, p0->default_sample_type));
+	return b;
 }
 
 int pfs_pprof_merge(const uint8_t *const *in, const size_t *inlen, size_t n, size_t max_raw,
@@ -654,20 +708,10 @@ int pfs_pprof_merge_ex(const uint8_t *const *in, const size_t *inlen, size_t n, 
 		rc = PFS_MERGE_NOTHING;
 		goto out;
 	}
-	b = pfs_pb_new();
+	b = builder_like(ps[first]);
 	{
-		const Profile *p0 = ps[first];
-		const char *types[64], *units[64];
-		size_t nt = p0->n_sample_type < 64 ? p0->n_sample_type : 64;
 		int64_t t = 0, d = 0, period = 0;
 
-		for (size_t i = 0; i < nt; i++) {
-			types[i] = str_at(p0, p0->sample_type[i]->type);
-			units[i] = str_at(p0, p0->sample_type[i]->unit);
-		}
-		pfs_pb_set_types(b, types, units, nt,
-				 p0->period_type ? str_at(p0, p0->period_type->type) : NULL,
-				 p0->period_type ? str_at(p0, p0->period_type->unit) : NULL);
 		for (size_t i = 0; i < n; i++) {
 			if (!ps[i])
 				continue;
@@ -678,15 +722,9 @@ int pfs_pprof_merge_ex(const uint8_t *const *in, const size_t *inlen, size_t n, 
 				period = ps[i]->period;
 		}
 		pfs_pb_set_meta(b, t, d, period);
-		if (p0->drop_frames)
-			b->p->drop_frames = pfs_pb_str(b, str_at(p0, p0->drop_frames));
-		if (p0->keep_frames)
-			b->p->keep_frames = pfs_pb_str(b, str_at(p0, p0->keep_frames));
-		if (p0->default_sample_type)
-			b->p->default_sample_type = pfs_pb_str(b, str_at(p0, p0->default_sample_type));
 	}
 	for (size_t i = 0; i < n; i++)
-		if (ps[i] && add_profile(b, ps[i], o, err, errlen)) {
+		if (ps[i] && add_profile(b, ps[i], o, NULL, err, errlen)) {
 			char why[256];
 			snprintf(why, sizeof why, "%s", err);
 			snprintf(err, errlen, "profile %zu: %s", i + 1, why);
@@ -699,5 +737,347 @@ out:
 	for (size_t i = 0; i < n; i++)
 		pfs_pprof_free(ps[i]);
 	free(ps);
+	return rc;
+}
+
+/* ---- merge over time: each sample type by what its numbers mean ---- */
+
+enum pfs_merge_rule pfs_merge_rule_go(const char *type, const char *unit)
+{
+	static const char *const cumulative[] = {"alloc_objects", "alloc_space", "contentions",
+						 "delay", "threadcreate"};
+	static const char *const gauge[] = {"inuse_objects", "inuse_space", "goroutine"};
+
+	(void)unit;
+	for (size_t i = 0; i < sizeof cumulative / sizeof *cumulative; i++)
+		if (strcmp(type, cumulative[i]) == 0)
+			return PFS_RULE_CUMULATIVE;
+	for (size_t i = 0; i < sizeof gauge / sizeof *gauge; i++)
+		if (strcmp(type, gauge[i]) == 0)
+			return PFS_RULE_GAUGE;
+	if (strcmp(type, "samples") == 0 || strcmp(type, "cpu") == 0)
+		return PFS_RULE_SUM;
+	return PFS_RULE_GAUGE; /* unknown: a mean never counts anything twice */
+}
+
+enum pfs_merge_rule pfs_merge_rule_window(const char *type, const char *unit)
+{
+	(void)unit;
+	return strstr(type, "inuse") || strstr(type, "goroutine") ? PFS_RULE_GAUGE : PFS_RULE_SUM;
+}
+
+/* One snapshot's samples, in a series builder's ids: identity -> values. */
+struct stab {
+	struct sink sink; /* first: add_profile hands samples here */
+	struct htab h;    /* sample key -> entry */
+	int64_t *v;       /* nv values per entry */
+	size_t nv, n, cap;
+};
+
+static void stab_put(struct sink *k, struct pfs_pb *b, const uint64_t *locs, size_t n_locs,
+		     const int64_t *values, const struct pfs_pb_label *labels, size_t n_labels)
+{
+	struct stab *t = (struct stab *)k;
+	struct hent *e;
+	uint64_t h;
+
+	sample_key(&b->key, locs, n_locs, labels, n_labels);
+	e = ht_find(&t->h, b->key.p, b->key.n, &h);
+	if (!e->key) {
+		if (t->n == t->cap) {
+			t->cap = t->cap ? t->cap * 2 : 64;
+			t->v = realloc(t->v, t->cap * t->nv * sizeof *t->v);
+		}
+		memset(t->v + t->n * t->nv, 0, t->nv * sizeof *t->v);
+		ht_set(&t->h, e, h, b->key.p, b->key.n, t->n++);
+	}
+	for (size_t i = 0; i < t->nv; i++) /* one stack twice in a profile: summed */
+		t->v[e->val * t->nv + i] = wrap_add(t->v[e->val * t->nv + i], values[i]);
+}
+
+static void stab_free(struct stab *t)
+{
+	ht_free(&t->h);
+	free(t->v);
+	memset(t, 0, sizeof *t);
+}
+
+/* Values of key in t, or NULL. */
+static const int64_t *stab_get(struct stab *t, const uint8_t *key, size_t klen)
+{
+	uint64_t h;
+	struct hent *e;
+
+	if (!t->h.cap)
+		return NULL; /* empty (ht_find would make room) */
+	e = ht_find(&t->h, key, klen, &h);
+	return e->key ? t->v + e->val * t->nv : NULL;
+}
+
+/* True if a process restarted between prev and cur: a total of a
+ * cumulative type went down, or one of its stacks shrank or vanished. */
+static bool restarted(struct stab *prev, struct stab *cur, const enum pfs_merge_rule *rule)
+{
+	size_t nv = cur->nv;
+	int64_t tp[64] = {0}, tc[64] = {0};
+
+	for (size_t j = 0; j < prev->h.cap; j++) {
+		const struct hent *e = &prev->h.e[j];
+		if (!e->key)
+			continue;
+		const int64_t *p = prev->v + e->val * nv, *c = stab_get(cur, e->key, e->klen);
+		for (size_t i = 0; i < nv; i++) {
+			if (rule[i] != PFS_RULE_CUMULATIVE)
+				continue;
+			tp[i] = wrap_add(tp[i], p[i]);
+			if ((c ? c[i] : 0) < p[i])
+				return true;
+		}
+	}
+	for (size_t e = 0; e < cur->n; e++)
+		for (size_t i = 0; i < nv; i++)
+			if (rule[i] == PFS_RULE_CUMULATIVE)
+				tc[i] = wrap_add(tc[i], cur->v[e * nv + i]);
+	for (size_t i = 0; i < nv; i++)
+		if (rule[i] == PFS_RULE_CUMULATIVE && tc[i] < tp[i])
+			return true;
+	return false;
+}
+
+/* What one series (one target's snapshots) adds to the merge, into b:
+ * sums, differences and the raw values of gauges. */
+static void series_step(struct pfs_pb *b, struct stab *prev, struct stab *cur,
+			const enum pfs_merge_rule *rule, bool has_prev, size_t *restarts)
+{
+	size_t nv = cur->nv;
+	bool restart = has_prev && restarted(prev, cur, rule);
+	int64_t v[64];
+
+	*restarts += restart;
+	for (size_t j = 0; j < cur->h.cap; j++) {
+		const struct hent *e = &cur->h.e[j];
+		if (!e->key)
+			continue;
+		const int64_t *c = cur->v + e->val * nv;
+		const int64_t *p = has_prev && !restart ? stab_get(prev, e->key, e->klen) : NULL;
+		for (size_t i = 0; i < nv; i++) {
+			/* a total below zero is nonsense: taken as zero */
+			int64_t now = c[i] > 0 ? c[i] : 0, before = p && p[i] > 0 ? p[i] : 0;
+			if (rule[i] != PFS_RULE_CUMULATIVE)
+				v[i] = c[i];
+			else if (!has_prev)
+				v[i] = 0; /* the series begins here: nothing to take a difference from */
+			else
+				v[i] = now > before ? now - before : 0;
+		}
+		sample_add_keyed(b, e->key, e->klen, v);
+	}
+}
+
+/* x / n rounded to the nearest integer (halves away from zero). */
+static int64_t div_round(int64_t x, int64_t n)
+{
+	int64_t q = x / n, r = x % n;
+
+	if (r < 0 ? -r * 2 >= n : r * 2 >= n)
+		q += r < 0 ? -1 : 1;
+	return q;
+}
+
+static void fmt_time(int64_t nanos, char out[32])
+{
+	time_t t = (time_t)(nanos / 1000000000);
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static int cmp_in(const void *a, const void *b)
+{
+	const struct pfs_merge_in *x = *(const struct pfs_merge_in *const *)a,
+				  *y = *(const struct pfs_merge_in *const *)b;
+
+	if (x->series != y->series)
+		return x->series < y->series ? -1 : 1;
+	return x->t < y->t ? -1 : x->t > y->t;
+}
+
+/* The comment lines of a merge: what went in, and each rule. */
+static void add_comments(struct pfs_pb *b, const char *what, size_t n_snaps, size_t n_series,
+			 int64_t first, int64_t last, const enum pfs_merge_rule *rule,
+			 bool n_windows, size_t restarts, char *const *begins, size_t n_begins)
+{
+	Profile *p = b->p;
+	size_t nt = p->n_sample_type;
+	char line[1024], t0[32], t1[32];
+	size_t cap = 2 + 3 + n_begins;
+
+	p->comment = calloc(cap, sizeof *p->comment);
+	fmt_time(first, t0);
+	fmt_time(last, t1);
+	snprintf(line, sizeof line, "%s: %zu %s%s of %zu %s%s, %s to %s", what, n_snaps,
+		 n_windows ? "window" : "snapshot", n_snaps == 1 ? "" : "s", n_series,
+		 n_windows ? "profile type" : "target", n_series == 1 ? "" : "s", t0, t1);
+	p->comment[p->n_comment++] = pfs_pb_str(b, line);
+	for (int r = 0; r < 3; r++) {
+		size_t o = 0;
+		for (size_t i = 0; i < nt; i++)
+			if (rule[i] == (enum pfs_merge_rule)r)
+				o += (size_t)snprintf(line + o, o < sizeof line ? sizeof line - o : 0,
+						      "%s%s", o ? ", " : "",
+						      p->string_table[p->sample_type[i]->type]);
+		if (o == 0 || o >= sizeof line - 300)
+			continue;
+		if (r == PFS_RULE_SUM)
+			snprintf(line + o, sizeof line - o, ": %s, summed",
+				 n_windows ? "work in each window" : "work in each snapshot's window");
+		else if (r == PFS_RULE_CUMULATIVE)
+			snprintf(line + o, sizeof line - o,
+				 ": totals since each process started, so per target the differences "
+				 "between consecutive snapshots, summed (%zu restart%s: the snapshot "
+				 "after each counted whole)", restarts, restarts == 1 ? "" : "s");
+		else
+			snprintf(line + o, sizeof line - o,
+				 ": values at an instant, so per target the mean of its %s, targets "
+				 "summed", n_windows ? "windows" : "snapshots");
+		p->comment[p->n_comment++] = pfs_pb_str(b, line);
+	}
+	for (size_t i = 0; i < n_begins; i++)
+		p->comment[p->n_comment++] = pfs_pb_str(b, begins[i]);
+}
+
+int pfs_pprof_merge_range(const struct pfs_merge_in *in, size_t n, size_t max_raw,
+			  const struct pfs_merge_rules *rules, const char *what, uint8_t **gz,
+			  size_t *gzlen, char *err, size_t errlen)
+{
+	const struct pfs_merge_in **order = calloc(n ? n : 1, sizeof *order);
+	const struct pfs_merge_opts plain = {0};
+	Profile *p0 = NULL;
+	struct pfs_pb *g = NULL;
+	enum pfs_merge_rule rule[64];
+	struct stab prev = {0}, cur = {0};
+	char **begins = NULL, why[256];
+	size_t n_begins = 0, restarts = 0, n_snaps = 0, n_series = 0, nv = 0;
+	bool any_cum = false;
+	int64_t first = INT64_MAX, last = INT64_MIN, period = 0;
+	int rc = -1;
+
+	for (size_t i = 0; i < n; i++)
+		order[i] = &in[i];
+	qsort(order, n, sizeof *order, cmp_in);
+	for (size_t i = 0; i < n && !p0; i++)
+		if (!order[i]->base && !(p0 = pfs_pprof_decode_gz(order[i]->gz, order[i]->len, max_raw,
+								   why, sizeof why))) {
+			snprintf(err, errlen, "%s: %s", order[i]->name, why);
+			goto out;
+		}
+	if (!p0) {
+		snprintf(err, errlen, "nothing to merge");
+		goto out;
+	}
+	g = builder_like(p0);
+	nv = g->p->n_sample_type;
+	for (size_t i = 0; i < nv; i++) {
+		const char *t = g->p->string_table[g->p->sample_type[i]->type],
+			   *u = g->p->string_table[g->p->sample_type[i]->unit];
+		rule[i] = rules->rule	  ? rules->rule(rules->arg, t, u)
+			  : rules->windows ? pfs_merge_rule_window(t, u)
+					   : pfs_merge_rule_go(t, u);
+		if (rules->windows && rule[i] == PFS_RULE_CUMULATIVE)
+			rule[i] = PFS_RULE_SUM; /* a window holds what happened in it */
+		any_cum = any_cum || rule[i] == PFS_RULE_CUMULATIVE;
+	}
+	for (size_t i = 0; i < n;) {
+		size_t end = i, n_in = 0;
+		struct pfs_pb *s = builder_like(p0);
+		bool has_prev = false;
+
+		while (end < n && order[end]->series == order[i]->series)
+			end++;
+		for (size_t k = i; k < end; k++) {
+			const struct pfs_merge_in *x = order[k];
+			if (x->base && !any_cum)
+				continue; /* only differences start before the range */
+			Profile *p = pfs_pprof_decode_gz(x->gz, x->len, max_raw, why, sizeof why);
+			if (!p) {
+				snprintf(err, errlen, "%s: %s", x->name, why);
+				pfs_pb_free(s);
+				goto out;
+			}
+			if (compatible(p0, p, 0, err, errlen)) {
+				snprintf(why, sizeof why, "%s", err);
+				snprintf(err, errlen, "%s: %s", x->name, why);
+				pfs_pprof_free(p);
+				pfs_pb_free(s);
+				goto out;
+			}
+			cur = (struct stab){.sink = {stab_put}, .nv = nv};
+			rc = add_profile(s, p, &plain, &cur.sink, why, sizeof why);
+			int64_t at = p->time_nanos ? p->time_nanos : (int64_t)x->t * 1000000000;
+			int64_t end_at = at + (p->duration_nanos > 0 ? p->duration_nanos : 0);
+			if (p->period > period)
+				period = p->period;
+			pfs_pprof_free(p);
+			if (rc) {
+				snprintf(err, errlen, "%s: %s", x->name, why);
+				stab_free(&cur);
+				pfs_pb_free(s);
+				goto out;
+			}
+			rc = -1;
+			if (at < first)
+				first = at;
+			if (!x->base) {
+				n_in++;
+				n_snaps++;
+				if (end_at > last)
+					last = end_at;
+				if (!has_prev && any_cum) {
+					char t0[32], line[512];
+					fmt_time(at, t0);
+					snprintf(line, sizeof line, "%s: differences begin at its first "
+						 "snapshot, %s (none before it)", x->name, t0);
+					begins = realloc(begins, (n_begins + 1) * sizeof *begins);
+					begins[n_begins++] = strdup(line);
+				}
+				series_step(s, &prev, &cur, rule, has_prev, &restarts);
+			}
+			stab_free(&prev);
+			prev = cur;
+			cur = (struct stab){0};
+			has_prev = true;
+		}
+		stab_free(&prev);
+		if (n_in) {
+			n_series++;
+			for (size_t j = 0; j < s->p->n_sample; j++)
+				for (size_t c = 0; c < nv; c++)
+					if (rule[c] == PFS_RULE_GAUGE)
+						s->p->sample[j]->value[c] =
+							div_round(s->p->sample[j]->value[c], (int64_t)n_in);
+			if (add_profile(g, s->p, &plain, NULL, why, sizeof why)) {
+				snprintf(err, errlen, "%s", why);
+				pfs_pb_free(s);
+				goto out;
+			}
+		}
+		pfs_pb_free(s);
+		i = end;
+	}
+	if (last < first)
+		last = first;
+	pfs_pb_set_meta(g, first, last - first, period);
+	add_comments(g, what, n_snaps, n_series, first, last, rule, rules->windows, restarts,
+		     begins, n_begins);
+	rc = pfs_pb_finish(g, gz, gzlen, err, errlen);
+	g = NULL;
+out:
+	pfs_pb_free(g);
+	pfs_pprof_free(p0);
+	for (size_t i = 0; i < n_begins; i++)
+		free(begins[i]);
+	free(begins);
+	free(order);
 	return rc;
 }

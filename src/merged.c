@@ -22,9 +22,6 @@ struct result {
 	uint64_t sig;  /* of the inputs: the version (0: none) */
 	off_t size;
 	time_t mtime;
-	/* one input: the merge is that snapshot, served as it is */
-	char single_round[PFS_ROUND_NAME_MAX];
-	char *single_file; /* its cache key; NULL for a merge */
 };
 
 struct memo {
@@ -73,14 +70,18 @@ const char *pfs_merged_input_key(const char *key)
 	return is_pgo(key) ? pfs_profile_names[PFS_CPU] : key;
 }
 
-static size_t inputs(struct pfs_service *s, const struct pfs_range *r, const char *key,
-		     struct pfs_snap_input **in)
+/* The inputs of a merged/ file: *n of them (0: none), or -EAGAIN without
+ * PFS_SNAP_WAIT (pfs_snap_inputs). */
+static int inputs(struct pfs_service *s, const struct pfs_range *r, const char *key, int flags,
+		  struct pfs_snap_input **in, size_t *n)
 {
 	if (is_pgo(key) && !s->cluster->src->pgo) {
 		*in = NULL; /* no line numbers: nothing go build -pgo could use */
+		*n = 0;
 		return 0;
 	}
-	return pfs_snap_inputs(s, pfs_merged_input_key(key), time(NULL) - (time_t)r->seconds, in);
+	return pfs_snap_inputs(s, pfs_merged_input_key(key), time(NULL) - (time_t)r->seconds, flags,
+			       in, n);
 }
 
 size_t pfs_merged_keys(const struct pfs_service *s, const char ***keys)
@@ -101,8 +102,9 @@ size_t pfs_merged_keys(const struct pfs_service *s, const char ***keys)
 bool pfs_merged_has(struct pfs_service *s, const struct pfs_range *r, const char *key)
 {
 	struct pfs_snap_input *in;
-	size_t n = inputs(s, r, key, &in);
+	size_t n;
 
+	inputs(s, r, key, PFS_SNAP_WAIT, &in, &n);
 	free(in);
 	return n > 0;
 }
@@ -159,74 +161,96 @@ static void retire(struct pfs_service *s, const struct pfs_range *r, const char 
 {
 	char dir[64], file[160], old[168];
 
-	free(m->prev.single_file);
 	memset(&m->prev, 0, sizeof m->prev);
 	if (m->rc == 0) {
 		m->prev = m->cur;
 		dir_name(r, dir, sizeof dir);
 		file_name(key, false, file, sizeof file);
 		file_name(key, true, old, sizeof old);
-		if (!m->prev.single_file &&
-		    pfs_cache_rename(s->cluster->name, s->name, dir, file, old))
+		if (pfs_cache_rename(s->cluster->name, s->name, dir, file, old))
 			m->prev.sig = 0;
-	} else {
-		free(m->cur.single_file);
 	}
 	memset(&m->cur, 0, sizeof m->cur);
+}
+
+/* The rule of a sample type of this service's key (the kind's own, else
+ * merge.h's by name). */
+struct rule_arg {
+	const struct pfs_service *s;
+	const struct pfs_file *f;
+};
+
+static enum pfs_merge_rule kind_rule(void *arg, const char *type, const char *unit)
+{
+	const struct rule_arg *a = arg;
+
+	return a->s->cluster->src->merge_rule(a->f, type, unit);
 }
 
 /* Merge and store; fills m. m->lock held. */
 static void build(struct pfs_service *s, const struct pfs_range *r, const char *key,
 		  const struct pfs_snap_input *in, size_t n, struct memo *m)
 {
-	uint8_t **bufs, *gz = NULL;
-	size_t *lens, gzlen = 0;
-	char err[512] = "", dir[64], file[160];
+	struct pfs_merge_in *mi = calloc(n, sizeof *mi);
+	uint8_t **bufs = calloc(n, sizeof *bufs), *gz = NULL;
+	size_t *lens = calloc(n, sizeof *lens), gzlen = 0, n_in = 0, used = 0;
+	char err[512] = "", dir[64], file[160], what[512];
+	bool pgo = is_pgo(key);
 
-	if (n == 1 && !is_pgo(key)) {
-		m->cur.mtime = m->oldest = in[0].t;
-		m->rc = pfs_cache_stat(s->cluster->name, s->name, in[0].round, in[0].file,
-				       &m->cur.size)
-			    ? -EIO
-			    : 0;
-		memcpy(m->cur.single_round, in[0].round, sizeof m->cur.single_round);
-		if (!m->rc) {
-			m->cur.single_file = strdup(in[0].file);
-			m->cur.sig = m->sig;
-		}
-		if (m->rc)
-			pfs_err("merge %s/%s/%s/%s/%s.pb.gz: snapshot %s/%s is gone", s->cluster->name,
-				s->name, PFS_MERGED_DIR, r->name, key, in[0].round, in[0].file);
-		return;
-	}
-	bufs = calloc(n, sizeof *bufs);
-	lens = calloc(n, sizeof *lens);
-
+	m->cur.mtime = 0;
+	m->oldest = 0;
 	for (size_t i = 0; i < n && !err[0]; i++) {
+		if (in[i].base && pgo)
+			continue; /* cpu: no differences */
 		int fd = pfs_cache_open(s->cluster->name, s->name, in[i].round, in[i].file);
-		if (fd < 0 || read_fd(fd, &bufs[i], &lens[i]))
+		if (fd < 0 || read_fd(fd, &bufs[n_in], &lens[n_in]))
 			snprintf(err, sizeof err, "cannot read %s/%s: %s", in[i].round, in[i].file,
 				 strerror(fd < 0 ? -fd : errno));
 		if (fd >= 0)
 			close(fd);
+		/* the series: one per cache key (target, or API type) */
+		size_t series = 0;
+		while (series < i && strcmp(in[series].file, in[i].file))
+			series++;
+		mi[n_in] = (struct pfs_merge_in){bufs[n_in], lens[n_in], series, in[i].t, in[i].base,
+						 in[i].file};
+		if (!in[i].base) {
+			used++;
+			if (in[i].t > m->cur.mtime)
+				m->cur.mtime = in[i].t;
+			if (!m->oldest || in[i].t < m->oldest)
+				m->oldest = in[i].t;
+		}
+		n_in++;
 	}
-	m->cur.mtime = in[n - 1].t;
-	m->oldest = in[0].t;
-	for (size_t i = 1; i < n; i++)
-		if (in[i].t < m->oldest)
-			m->oldest = in[i].t;
 	dir_name(r, dir, sizeof dir);
 	file_name(key, false, file, sizeof file);
-	size_t used = n;
-	int mrc = err[0] ? -1
-	      : is_pgo(key) ? pfs_pprof_pgo((const uint8_t *const *)bufs, lens, n, 1u << 30, &used,
-					    &gz, &gzlen, err, sizeof err)
-			    : pfs_pprof_merge((const uint8_t *const *)bufs, lens, n, 1u << 30, &gz,
-					      &gzlen, err, sizeof err);
-	if (mrc >= 0 && used < n)
-		pfs_warn("%s/%s/%s/%s/%s: %zu of %zu cpu snapshots have no Function.start_line "
-			 "(go build -pgo rejects them): left out%s", s->cluster->name, s->name,
-			 PFS_MERGED_DIR, r->name, key, n - used, n, used ? "" : ", so no such file");
+	snprintf(what, sizeof what, "%s/%s/%s/%s/%s", s->cluster->name, s->name, PFS_MERGED_DIR,
+		 r->name, pgo ? key : file);
+	int mrc = -1;
+	if (err[0]) {
+		/* mrc -1: said below */
+	} else if (pgo) {
+		size_t total = used;
+		mrc = pfs_pprof_pgo((const uint8_t *const *)bufs, lens, n_in, 1u << 30, &used, &gz,
+				    &gzlen, err, sizeof err);
+		if (mrc >= 0 && used < total)
+			pfs_warn("%s: %zu of %zu cpu snapshots have no Function.start_line (go build "
+				 "-pgo rejects them): left out%s", what, total - used, total,
+				 used ? "" : ", so no such file");
+	} else {
+		struct rule_arg ra = {s, NULL};
+		struct pfs_merge_rules rules = {.windows = s->cluster->src->windows};
+		for (size_t i = 0; i < s->n_files && !ra.f; i++)
+			if (strcmp(s->files[i].merge_key, key) == 0)
+				ra.f = &s->files[i];
+		if (s->cluster->src->merge_rule && ra.f) {
+			rules.rule = kind_rule;
+			rules.arg = &ra;
+		}
+		mrc = pfs_pprof_merge_range(mi, n_in, 1u << 30, &rules, what, &gz, &gzlen, err,
+					    sizeof err);
+	}
 	if (mrc == PFS_MERGE_NOTHING) {
 		m->rc = -ENODATA;
 	} else if (mrc == 0 && pfs_cache_publish(s->cluster->name, s->name, dir, file, gz, gzlen,
@@ -234,17 +258,16 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 		m->rc = 0;
 		m->cur.size = (off_t)gzlen;
 		m->cur.sig = m->sig;
-		pfs_debug("merged %zu snapshots into %s/%s/%s/%s/%s", used, s->cluster->name, s->name,
-			  PFS_MERGED_DIR, r->name, key);
+		pfs_debug("merged %zu snapshots into %s", used, what);
 	} else {
 		m->rc = -EIO;
-		pfs_err("merge %s/%s/%s/%s/%s of %zu snapshots failed: %s", s->cluster->name, s->name,
-			PFS_MERGED_DIR, r->name, is_pgo(key) ? key : file, n, err);
+		pfs_err("merge %s of %zu snapshots failed: %s", what, used, err);
 	}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n_in; i++)
 		free(bufs[i]);
 	free(bufs);
 	free(lens);
+	free(mi);
 	free(gz);
 }
 
@@ -293,9 +316,10 @@ static int stat_ex(struct pfs_service *s, const struct pfs_range *r, const char 
 	size_t n;
 	int rc;
 
-	if (!build_it && s->cluster->src->windows)
-		return -EAGAIN; /* choosing inputs fetches windows */
-	if ((n = inputs(s, r, key, &in)) == 0) {
+	/* a peek chooses inputs only from what is there */
+	if ((rc = inputs(s, r, key, build_it ? PFS_SNAP_WAIT : 0, &in, &n)))
+		return rc;
+	if (n == 0) {
 		free(in);
 		return -ENOENT;
 	}
@@ -347,7 +371,8 @@ double pfs_merged_listing_valid(struct pfs_service *s, const struct pfs_range *r
 
 	for (size_t k = 0; k < n; k++) {
 		struct pfs_snap_input *in;
-		size_t m = inputs(s, r, keys[k], &in);
+		size_t m;
+		inputs(s, r, keys[k], PFS_SNAP_WAIT, &in, &m);
 		time_t newest = 0;
 		for (size_t i = 0; i < m; i++)
 			if (in[i].t > newest)
@@ -407,8 +432,6 @@ int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char
 	const struct result *res = result_of(m, version, &prev);
 	if (!res) {
 		rc = -ESTALE;
-	} else if (res->single_file) {
-		rc = pfs_cache_open(s->cluster->name, s->name, res->single_round, res->single_file);
 	} else {
 		dir_name(r, dir, sizeof dir);
 		file_name(key, prev, file, sizeof file);
@@ -427,8 +450,6 @@ void pfs_merged_free(void)
 			g_memos[i] = m->next;
 			pthread_mutex_destroy(&m->lock);
 			free(m->key);
-			free(m->cur.single_file);
-			free(m->prev.single_file);
 			free(m);
 		}
 	pthread_mutex_unlock(&g_lock);

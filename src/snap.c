@@ -1015,19 +1015,81 @@ void pfs_snap_target_stats(struct pfs_service *s, size_t i, struct pfs_target_st
 	pthread_mutex_unlock(&snap_lock);
 }
 
-size_t pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since,
-		       struct pfs_snap_input **out)
+/* Append round r's file i to *out as an input. */
+static void add_input(struct pfs_service *s, struct round *r, size_t i, bool base,
+		      struct pfs_snap_input **out, size_t *n, size_t *cap)
+{
+	if (*n == *cap) {
+		*cap = *cap ? *cap * 2 : 16;
+		*out = realloc(*out, *cap * sizeof **out);
+	}
+	memcpy((*out)[*n].round, r->name, sizeof r->name);
+	snprintf((*out)[*n].file, sizeof (*out)[*n].file, "%s", s->files[i].key);
+	(*out)[*n].t = r->t;
+	(*out)[(*n)++].base = base;
+}
+
+/* Without waiting: true if the inputs from `since` on are all there to
+ * take (windows fetched, listed rounds and their files): nothing to start
+ * or wait for. snap_lock held. */
+static bool inputs_settled(struct pfs_service *s, const char *merge_key, time_t since, time_t now)
+{
+	if (windowed(s)) {
+		time_t w = (time_t)s->cluster->api.window;
+		for (time_t t = oldest_window(s, now, since); t <= newest_window(s, now); t += w) {
+			char name[PFS_ROUND_NAME_MAX];
+			format_round(t, name);
+			struct round *r = snap_find_round(s, name);
+			for (size_t i = 0; i < s->n_files; i++)
+				if (strcmp(s->files[i].merge_key, merge_key) == 0 &&
+				    (!r || (r->slots[i].st != SLOT_READY && r->slots[i].st != SLOT_ABSENT)))
+					return false;
+		}
+		return true;
+	}
+	if (listed(s)) {
+		if (!s->state->listed_ok)
+			return false;
+		for (struct round *r = s->state->rounds; r; r = r->next) {
+			if (!listed_shown(s, r, now))
+				continue;
+			if (r->t >= since && !r->listed_ok)
+				return false;
+			for (size_t i = 0; i < s->n_files; i++)
+				if (r->t >= since && listed_present(&r->slots[i]) &&
+				    r->slots[i].st != SLOT_READY && strcmp(s->files[i].merge_key, merge_key) == 0)
+					return false;
+		}
+	}
+	return true;
+}
+
+int pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since, int flags,
+		    struct pfs_snap_input **out, size_t *count)
 {
 	size_t n = 0, cap = 0;
-	time_t now = time(NULL);
+	time_t now = time(NULL), from = since;
+	bool *in_range;
 
 	*out = NULL;
+	*count = 0;
 	pthread_mutex_lock(&snap_lock);
-	if (listed(s) && listed_rounds(s, PFS_SNAP_WAIT) == 0) {
-		/* every shown round in range listed, then its files fetched */
+	if (!(flags & PFS_SNAP_WAIT) && !inputs_settled(s, merge_key, since, now)) {
+		pthread_mutex_unlock(&snap_lock);
+		return -EAGAIN;
+	}
+	in_range = calloc(s->n_files ? s->n_files : 1, sizeof *in_range);
+	if (!(flags & PFS_SNAP_WAIT)) {
+		/* settled: only what is there is taken */
+	} else if (listed(s) && listed_rounds(s, PFS_SNAP_WAIT) == 0) {
+		/* every shown round in range listed, then its files fetched; and
+		 * the newest round before the range: the base of differences */
+		for (struct round *r = s->state->rounds; r && r->t < since; r = r->next)
+			if (listed_shown(s, r, now))
+				from = r->t;
 		for (int pass = 0; pass < 4; pass++)
 			for (struct round *r = s->state->rounds; r; r = r->next) {
-				if (r->t < since || !listed_shown(s, r, now))
+				if (r->t < from || !listed_shown(s, r, now))
 					continue;
 				if (pass == 0)
 					listed_start(s, r, now, 0);
@@ -1059,20 +1121,26 @@ size_t pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t sinc
 	for (struct round *r = s->state->rounds; r; r = r->next) {
 		if (r->t < since)
 			continue;
-		for (size_t i = 0; i < s->n_files; i++) {
-			if (r->slots[i].st != SLOT_READY || strcmp(s->files[i].merge_key, merge_key))
-				continue;
-			if (n == cap) {
-				cap = cap ? cap * 2 : 16;
-				*out = realloc(*out, cap * sizeof **out);
+		for (size_t i = 0; i < s->n_files; i++)
+			if (r->slots[i].st == SLOT_READY && strcmp(s->files[i].merge_key, merge_key) == 0) {
+				add_input(s, r, i, false, out, &n, &cap);
+				in_range[i] = true;
 			}
-			memcpy((*out)[n].round, r->name, sizeof r->name);
-			snprintf((*out)[n].file, sizeof (*out)[n].file, "%s", s->files[i].key);
-			(*out)[n++].t = r->t;
-		}
+	}
+	/* scraped snapshots: each file's newest one before the range (rounds
+	 * are oldest first), the base of its first difference */
+	for (size_t i = 0; !windowed(s) && i < s->n_files; i++) {
+		struct round *base = NULL;
+		for (struct round *r = s->state->rounds; in_range[i] && r && r->t < since; r = r->next)
+			if (r->slots[i].st == SLOT_READY)
+				base = r;
+		if (base)
+			add_input(s, base, i, true, out, &n, &cap);
 	}
 	pthread_mutex_unlock(&snap_lock);
-	return n;
+	free(in_range);
+	*count = n;
+	return 0;
 }
 
 /* ---- latest ---- */

@@ -173,6 +173,18 @@ static int parse(struct pfs_parser *p, json_t *obj, const char *where, struct pf
 
 static const char *const keys[] = {"label", NULL};
 
+/* Parca says which of its types are deltas (the type id ends ":delta",
+ * load_types): those sum over windows, the others (inuse, goroutines) are
+ * gauges, whatever their names. */
+static enum pfs_merge_rule merge_rule(const struct pfs_file *f, const char *type,
+				      const char *unit)
+{
+	size_t n = f->type_id ? strlen(f->type_id) : 0;
+
+	(void)type, (void)unit;
+	return n >= 6 && strcmp(f->type_id + n - 6, ":delta") == 0 ? PFS_RULE_SUM : PFS_RULE_GAUGE;
+}
+
 const struct pfs_source_ops pfs_source_parca = {
 	.keys = keys,
 	.parse = parse,
@@ -182,4 +194,5 @@ const struct pfs_source_ops pfs_source_parca = {
 	.discover = discover,
 	.start = start,
 	.decode = decode,
+	.merge_rule = merge_rule,
 };

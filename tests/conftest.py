@@ -315,6 +315,13 @@ def pprof_top(path, *flags):
     return r.stdout
 
 
+def pprof_top_nodes(path, *flags):
+    """`go tool pprof -top`'s table of nodes (from "Showing nodes" on): what
+    a profile holds, without its header (comments, time, duration)."""
+    top = pprof_top(path, *flags)
+    return top[top.index("Showing nodes"):]
+
+
 def assert_fetch_fails(m, path, *fragments):
     """Reading path fails with EIO, the log has exactly one error line and
     it names every fragment, and nothing reached the cache."""

@@ -1,5 +1,6 @@
 """kind "parca": services, types and windows from Parca's REST API (fake)."""
 import os
+import subprocess
 
 import pytest
 
@@ -69,3 +70,25 @@ def test_parca_without_auth(mount, tmp_path):
         assert m.error_lines() == []
     finally:
         f.stop()
+
+
+def test_merged_windows_by_what_parca_says(fake, mount, tmp_path):
+    """Parca marks each type delta or not: cpu's windows (delta) sum,
+    memory inuse_space's (not delta) is their mean, never their sum."""
+    from fakes.wire import Profile
+    m = mount(cfg(fake))
+    svc = m.path / "parca/api"
+    ws = windows(2)
+
+    def total(path, t):
+        return Profile(path.read_bytes()).total(t)
+    cpu = [total(svc / w / "cpu.pb.gz", "cpu") for w in ws]
+    mem = [total(svc / w / "memory.inuse_space.pb.gz", "inuse_space") for w in ws]
+    assert mem[0] != mem[1]
+    for name in ("cpu.pb.gz", "memory.inuse_space.pb.gz"):
+        subprocess.run(["cp", str(svc / "merged/24h" / name), str(tmp_path / name)], check=True)
+        pprof_top(tmp_path / name)
+    assert total(tmp_path / "cpu.pb.gz", "cpu") == sum(cpu)
+    assert total(tmp_path / "memory.inuse_space.pb.gz", "inuse_space") == round(sum(mem) / 2)
+    text = "\n".join(Profile((tmp_path / "memory.inuse_space.pb.gz").read_bytes()).comments)
+    assert "2 windows of 1 profile type" in text and "inuse_space: values at an instant" in text

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from conftest import assert_fetch_fails, go_env, pprof_top, stable_name, windows
+from conftest import (assert_fetch_fails, go_env, pprof_top, pprof_top_nodes, stable_name,
+                      windows)
 from fakes.pyroscope import CPU, HEAP, Fake, value_for
 
 SERVICES = ["checkout", "pay/ments", ".."]
@@ -91,7 +92,8 @@ def test_merged_equals_pprof_merge_of_windows(fake, mount, tmp_path):
                        env=go_env(), timeout=60)
     assert r.returncode == 0
     (tmp_path / "theirs.pb.gz").write_bytes(r.stdout)
-    assert pprof_top(ours) == pprof_top(tmp_path / "theirs.pb.gz")
+    # cpu windows are deltas: summed, as pprof merges
+    assert pprof_top_nodes(ours) == pprof_top_nodes(tmp_path / "theirs.pb.gz")
     assert sorted(os.listdir(svc / "merged/24h")) == ["cpu.pb.gz", "default.pgo",
                                                       "memory.inuse_space.pb.gz"]
 
@@ -244,3 +246,23 @@ def test_fake_answers_as_connect_go_does():
         assert e.headers["Accept-Post"] == "application/json, application/proto"
     finally:
         f.stop()
+
+
+def test_merged_windows_sum_cpu_and_average_inuse(fake, mount, tmp_path):
+    """Pyroscope's windows: cpu is work in each (summed over merged/'s
+    range), inuse_space a value at an instant (their mean, not their sum)."""
+    from fakes.wire import Profile
+    m = mount(cfg(fake))
+    svc = m.path / "pyro/checkout"
+    ws = windows(3)
+
+    def total(path, t):
+        return Profile(path.read_bytes()).total(t)
+    cpu = [total(svc / w / "cpu.pb.gz", "cpu") for w in ws]
+    mem = [total(svc / w / "memory.inuse_space.pb.gz", "inuse_space") for w in ws]
+    for name in ("cpu.pb.gz", "memory.inuse_space.pb.gz"):
+        subprocess.run(["cp", str(svc / "merged/24h" / name), str(tmp_path / name)], check=True)
+        pprof_top(tmp_path / name)
+    assert total(tmp_path / "cpu.pb.gz", "cpu") == sum(cpu)
+    got = total(tmp_path / "memory.inuse_space.pb.gz", "inuse_space")
+    assert abs(got - sum(mem) / 3) <= 2, (got, mem)  # each stack's mean, rounded

@@ -443,3 +443,45 @@ def test_hostile_bucket_answers(fake_s3, mount, goapp):
     status = json.loads((ws.path / ".status.json").read_text())
     err = [t for t in status["targets"] if t["service"] == "err"][0]
     assert "listing: s3://profiles/local/err/: HTTP 500, InternalError" in err["last_error"], err
+
+
+def test_workstation_merges_by_the_same_rules(goapp, mount, swift, tmp_path):
+    """merged/ of a workstation mount is merged there from the bucket's
+    rounds by the same rules as on the collector: the allocations between
+    the first and last round (not the sum of their totals), the mean live
+    heap."""
+    from fakes.wire import Profile
+    app = goapp("-alloc-rate", "4", "-live-heap", "8")
+    col = mount(config_for({"app": {"targets": [app.base], "profiles": ["heap", "allocs"]}},
+                           latest_ttl=1), name="collector")
+    for k in range(3):
+        if k:
+            time.sleep(1.1)
+        subprocess.run(["cat", str(col.path / "local/app/latest/heap.pb.gz"),
+                        str(col.path / "local/app/latest/allocs.pb.gz")], check=True,
+                       stdout=subprocess.DEVNULL)
+    assert swift.aws("mb", "s3://profiles").returncode == 0
+    r = swift.aws("sync", f"{col.path}/", "s3://profiles/", "--exclude", "*/latest/*",
+                  "--exclude", "*/merged/*")
+    assert r.returncode == 0, r.stderr
+    rs = sorted(d for d in os.listdir(col.cache / "local/app") if d[0].isdigit())
+    assert len(rs) >= 3
+    ws = mount({"clusters": {"local": s3_cluster(swift)}}, name="workstation")
+    out = {}
+    for name, m in (("col", col), ("ws", ws)):
+        for p in ("heap", "allocs"):
+            f = tmp_path / f"{name}-{p}.pb.gz"
+            subprocess.run(["cp", str(m.path / "local/app/merged/24h" / f"{p}.pb.gz"), str(f)],
+                           check=True)
+            pprof_top(f)
+            out[name, p] = Profile(f.read_bytes())
+    first = Profile((col.path / "local/app" / rs[0] / "allocs.pb.gz").read_bytes())
+    last = Profile((col.path / "local/app" / rs[-1] / "allocs.pb.gz").read_bytes())
+    span = (last.time_nanos - first.time_nanos) / 1e9
+    for name in ("col", "ws"):
+        got = out[name, "allocs"].total("alloc_space", "main.allocSteady")
+        assert abs(got - 4 * (1 << 20) * span) <= 0.15 * 4 * (1 << 20) * span, (name, got, span)
+        live = out[name, "heap"].total("inuse_space", "main.holdLive")
+        assert abs(live - 8 * (1 << 20)) <= 0.15 * 8 * (1 << 20), (name, live)
+    assert out["ws", "allocs"].samples == out["col", "allocs"].samples
+    assert ws.error_lines() == []

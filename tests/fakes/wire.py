@@ -72,25 +72,32 @@ def profile(sample_types, samples, period_type=None, period=0, time_nanos=0, dur
             strings.append(x)
         return strings.index(x)
 
-    funcs, out = {}, bytearray()
+    funcs, locs, out = {}, {}, bytearray()
     if period_type:
         s(period_type[0]), s(period_type[1])
     for t, u in sample_types:
         out += field_bytes(1, field_varint(1, s(t)) + field_varint(2, s(u)))
     for stack, values in samples:
         ids = []
-        for name in stack:
-            if name not in funcs:
+        for name in stack:  # a function name, or an int: an address without lines
+            if isinstance(name, str) and name not in funcs:
                 funcs[name] = len(funcs) + 1
-            ids.append(funcs[name])
+            if name not in locs:
+                locs[name] = len(locs) + 1
+            ids.append(locs[name])
         body = field_bytes(1, b"".join(varint(i) for i in ids))
         body += field_bytes(2, b"".join(varint(v) for v in values))
         out += field_bytes(2, body)
     out += field_bytes(3, field_varint(1, 1) + field_varint(5, s("fakeapp")) +
                        field_varint(7, 1))  # mapping 1, has_functions
-    for name, fid in funcs.items():  # location id == function id
+    for name, lid in locs.items():  # a function's line is its id
+        if isinstance(name, int):
+            out += field_bytes(4, field_varint(1, lid) + field_varint(2, 1) +
+                               field_varint(3, name))
+            continue
+        fid = funcs[name]
         line = field_varint(1, fid) + field_varint(2, fid)
-        out += field_bytes(4, field_varint(1, fid) + field_varint(2, 1) + field_bytes(4, line))
+        out += field_bytes(4, field_varint(1, lid) + field_varint(2, 1) + field_bytes(4, line))
     for name, fid in funcs.items():  # start_line kept, as Pyroscope and Parca store it
         out += field_bytes(5, field_varint(1, fid) + field_varint(2, s(name)) +
                            field_varint(4, s("main.go")) + field_varint(5, fid))
@@ -106,3 +113,58 @@ def profile(sample_types, samples, period_type=None, period=0, time_nanos=0, dur
 
 def gz(b):
     return gzip.compress(b)
+
+
+def _packed(vals):
+    """A repeated varint field's values, packed (bytes) or not (ints)."""
+    out = []
+    for v in vals:
+        if isinstance(v, bytes):
+            i = 0
+            while i < len(v):
+                x, i = _read_varint(v, i)
+                out.append(x)
+        else:
+            out.append(v)
+    return out
+
+
+class Profile:
+    """A profile.proto (gzip'd or not) read back: sample types, samples as
+    (function names leaf first, values), time, duration, comments."""
+    def __init__(self, data):
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        f = decode(data)
+        self.strings = [s.decode() for s in f.get(6, [])]
+        s = self.strings
+        self.types = []
+        for vt in f.get(1, []):
+            d = decode(vt)
+            self.types.append(s[d.get(1, [0])[0]])
+        funcs = {}
+        for fn in f.get(5, []):
+            d = decode(fn)
+            funcs[d.get(1, [0])[0]] = s[d.get(2, [0])[0]]
+        locs = {}
+        for loc in f.get(4, []):
+            d = decode(loc)
+            names = [funcs.get(decode(ln).get(1, [0])[0], "") for ln in d.get(4, [])]
+            locs[d.get(1, [0])[0]] = names
+        self.samples = []
+        for smp in f.get(2, []):
+            d = decode(smp)
+            stack = [n for lid in _packed(d.get(1, [])) for n in locs.get(lid, ["?"])]
+            values = [signed(v) for v in _packed(d.get(2, []))]
+            self.samples.append((stack, values))
+        self.time_nanos = signed(f.get(9, [0])[0])
+        self.duration_nanos = signed(f.get(10, [0])[0])
+        self.comments = [s[i] for i in _packed(f.get(13, []))]
+
+    def total(self, type_, function=None):
+        """Sum of a sample type over samples whose stack holds a function
+        whose name is function or starts with function + '.' (its closures)."""
+        i = self.types.index(type_)
+        return sum(v[i] for stack, v in self.samples
+                   if function is None or any(n == function or n.startswith(function + ".")
+                                              for n in stack))
