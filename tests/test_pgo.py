@@ -13,7 +13,8 @@ import time
 import pytest
 
 from conftest import (BUILD, GOAPP_SRC, PROFILES, GoApp, assert_fetch_fails, config_for,
-                      free_port, go_build_pgo, go_env, pprof_top, wait_for, windows)
+                      free_port, go_build_pgo, go_env, pprof_top, pprof_top_nodes, wait_for,
+                      windows)
 from fakes import wire
 from fakes.parca import Fake as ParcaFake
 from fakes.pyroscope import Fake as PyroFake
@@ -69,10 +70,11 @@ def test_fresh_mount_cp_merged_cpu_takes_a_snapshot(goapp, mount, tmp_path):
     out = tmp_path / "default.pgo"
     shutil.copy(m.path / "local/api/merged/24h/cpu.pb.gz", out)
     assert "Type: cpu" in pprof_top(out)
-    # it took the snapshot it merged: one round, whose cpu file it is
+    # it took the snapshot it merged: one round, whose cpu file it sums
     rounds = [d for d in os.listdir(m.path / "local/api") if d[0].isdigit()]
     assert len(rounds) == 1
-    assert (m.path / "local/api" / rounds[0] / "cpu.pb.gz").read_bytes() == out.read_bytes()
+    assert pprof_top_nodes(m.path / "local/api" / rounds[0] / "cpu.pb.gz") == \
+        pprof_top_nodes(out)
     pgo = tmp_path / "trimmed.pgo"
     shutil.copy(m.path / "local/api/merged/24h/default.pgo", pgo)
     assert "Type: cpu" in pprof_top(pgo)
@@ -222,3 +224,44 @@ def test_kept_merged_listing_gains_default_pgo(goapp, goapp_go119, mount, tmp_pa
                  what="default.pgo listed")
     finally:
         old.stop()
+
+
+def test_default_pgo_leaf_that_is_also_a_caller_and_a_leaf_without_lines(go121, mount, tmp_path):
+    """Two cases Pyroscope's `profilecli query go-pgo` got wrong until 2026
+    (grafana/pyroscope 5635-5637): a location that is a leaf in one stack
+    and a caller in another keeps its line where it calls (only the leaf
+    use loses it), and an unsymbolized leaf (an address, no line) is kept
+    as it is, its samples counted."""
+    from fakes.hostile import Hostile
+    cpu = wire.profile([("samples", "count"), ("cpu", "nanoseconds")],
+                       [(["main.a", "main.main"], [3, 30]),            # a: leaf
+                        (["main.b", "main.a", "main.main"], [5, 50]),  # a: caller of b
+                        ([0x4242, "main.a", "main.main"], [7, 70])],   # a leaf without lines
+                       period_type=("cpu", "nanoseconds"), period=10,
+                       time_nanos=time.time_ns(), duration_nanos=10**9)
+    h = Hostile()
+    h.static["profile"] = gzip.compress(cpu)
+    try:
+        m = mount(config_for({"api": {"targets": [f"{h.url}/static"], "profiles": ["cpu"]}}))
+        pgo = tmp_path / "default.pgo"
+        subprocess.run(["cp", str(m.path / "local/api/merged/24h/default.pgo"), str(pgo)],
+                       check=True)
+        samples, locs = stacks(pgo.read_bytes())
+        f = wire.decode(gzip.decompress(pgo.read_bytes()))
+        strings = [x.decode() for x in f[6]]
+        fname = {wire.decode(fn)[1][0]: strings[wire.decode(fn)[2][0]] for fn in f[5]}
+        vals = {}
+        for s in f[2]:
+            sf = wire.decode(s)
+            ids = wire._packed(sf[1])
+            names = [(fname[locs[i][1][0][0]], locs[i][1][0][1]) if locs[i][1]
+                     else hex(locs[i][0]) for i in ids]
+            vals[tuple(names)] = wire._packed(sf[2])
+        a = 1  # main.a's line (wire: a function's line is its id)
+        assert vals == {(("main.a", 0), ("main.main", 2)): [3, 30],
+                        (("main.b", 0), ("main.a", a), ("main.main", 2)): [5, 50],
+                        ("0x4242", ("main.a", a), ("main.main", 2)): [7, 70]}, vals
+        go_build_pgo(go121, pgo, tmp_path / "app")
+        assert "Type: cpu" in pprof_top(pgo)
+    finally:
+        h.stop()

@@ -1,7 +1,7 @@
 """Hostile pprof targets: GET <base>/<profile> under
   /bomb   a gzip bomb (one gzip member of 1 GiB of zeros, about 1 MB)
   /flood  HTTP 200 without Content-Length and bytes until the client hangs up
-  /static the bytes in .static[<profile>] (hand-made profiles)
+  /static the bytes in .static[<profile>] (hand-made profiles; cpu: "profile")
 """
 import zlib
 from pathlib import Path
@@ -30,7 +30,7 @@ class H(Handler):
         if self.path.startswith("/bomb/"):
             return self.reply(200, f.bomb, "application/octet-stream")
         if self.path.startswith("/static/"):
-            return self.reply(200, f.static[self.path.split("/")[2]], "application/octet-stream")
+            return self.reply(200, f.static[self.path.split("/")[2].split("?")[0]], "application/octet-stream")
         if self.path.startswith("/flood/"):
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")

@@ -1,6 +1,10 @@
 /* libFuzzer: merge of two profiles (the input split at its first byte's
  * value), each also merged with itself, plainly and as a Go PGO profile; a
- * merge that succeeds must give a profile that validates. */
+ * merge that succeeds must give a profile that validates. The same two as
+ * snapshots over time (merge.h pfs_pprof_merge_range): one target's a, b,
+ * a again (a restart, or stacks that come and go: differences of every
+ * shape), another's base b then a (a type missing from one, stacks
+ * reordered), by Go's rules and as API windows. */
 #include "mem.h"
 #include "merge.h"
 #include "pprof.h"
@@ -26,6 +30,20 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 			if (pfs_pprof_validate_gz(out, outlen, 256u << 20, NULL, err, sizeof err))
 				abort(); /* a merge of valid profiles is a valid profile */
 			free(out);
+		}
+		const struct pfs_merge_in snaps[5] = {
+			{gz[0], gzlen[0], 0, 10, false, "a"}, {gz[1], gzlen[1], 0, 20, false, "a"},
+			{gz[0], gzlen[0], 0, 30, false, "a"}, {gz[1], gzlen[1], 1, 5, true, "b"},
+			{gz[0], gzlen[0], 1, 15, false, "b"},
+		};
+		for (int w = 0; w < 2; w++) {
+			const struct pfs_merge_rules rules = {.windows = w};
+			if (pfs_pprof_merge_range(snaps, 5, 64u << 20, &rules, "fuzz", &out, &outlen,
+						  err, sizeof err) == 0) {
+				if (pfs_pprof_validate_gz(out, outlen, 256u << 20, NULL, err, sizeof err))
+					abort(); /* a merge over time is valid too */
+				free(out);
+			}
 		}
 		size_t used;
 		bool no_start_line = true;
