@@ -45,13 +45,14 @@ enum { KEY_HELP, KEY_VERSION, KEY_CHECK };
 
 static const struct fuse_opt cli_spec[] = {
 	{"-c %s", offsetof(struct cli, config), 0},
+	/* long options are "--opt=value" here: long_options() joins "--opt
+	 * value" (a template "--opt %s" would also take "--opt=value" as the
+	 * value "=value") */
 	{"--config=%s", offsetof(struct cli, config), 0},
 	{"config=%s", offsetof(struct cli, config), 0},
 	{"--log-file=%s", offsetof(struct cli, log_file), 0},
-	{"--log-file %s", offsetof(struct cli, log_file), 0},
 	{"log=%s", offsetof(struct cli, log_file), 0},
 	{"--log-level=%s", offsetof(struct cli, log_level), 0},
-	{"--log-level %s", offsetof(struct cli, log_level), 0},
 	{"log_level=%s", offsetof(struct cli, log_level), 0},
 	FUSE_OPT_KEY("--check", KEY_CHECK),
 	FUSE_OPT_KEY("-h", KEY_HELP),
@@ -411,13 +412,47 @@ static int run(struct cli *cli, struct fuse_args *args)
 	return rc;
 }
 
+/* The long options that take a value, each as "--opt=value" whether it
+ * was given so or as "--opt value" (getopt_long's two forms). Into
+ * args, which owns the copies. */
+static int long_options(int argc, char *argv[], struct fuse_args *args)
+{
+	static const char *const with_value[] = {"--config", "--log-file", "--log-level"};
+
+	for (int i = 0; i < argc; i++) {
+		bool joined = false;
+		for (size_t k = 0; i > 0 && k < sizeof with_value / sizeof *with_value; k++)
+			if (strcmp(argv[i], with_value[k]) == 0 && i + 1 < argc) {
+				char *kv;
+				if (asprintf(&kv, "%s=%s", argv[i], argv[i + 1]) < 0)
+					return -1;
+				int rc = fuse_opt_add_arg(args, kv);
+				free(kv);
+				if (rc)
+					return -1;
+				joined = true;
+				i++;
+				break;
+			}
+		if (!joined && fuse_opt_add_arg(args, argv[i]))
+			return -1;
+		if (!joined && strcmp(argv[i], "--") == 0) { /* the rest as it is */
+			while (++i < argc)
+				if (fuse_opt_add_arg(args, argv[i]))
+					return -1;
+		}
+	}
+	return 0;
+}
+
 int main(int argc, char *argv[])
 {
-	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct cli cli = {0};
 	int rc = EXIT_USAGE;
 
-	if (fuse_opt_parse(&args, &cli, cli_spec, cli_proc) == 0)
+	if (long_options(argc, argv, &args) == 0 &&
+	    fuse_opt_parse(&args, &cli, cli_spec, cli_proc) == 0)
 		rc = run(&cli, &args);
 	fuse_opt_free_args(&args);
 	free(cli.config);

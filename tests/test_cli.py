@@ -71,6 +71,37 @@ def test_check_mode(profilefs_bin, tmp_path, monkeypatch):
         f"profilefs: error: config {tmp_path}: is a directory, not a JSON file")
 
 
+@pytest.mark.parametrize("form", ["--opt=value", "--opt value"])
+def test_every_long_option_takes_both_forms(goapp, mount, tmp_path, form):
+    """--config, --log-file and --log-level, as getopt_long takes them: README
+    writes `--log-file=... --log-level=warning`."""
+    app = goapp()
+    log = tmp_path / "pfs.log"
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(config_for({"a": {"targets": [app.base], "profiles": ["heap"]}},
+                                         cache_dir=str(tmp_path / "cache"))))
+    cfg.chmod(0o600)
+
+    def opt(name, value):
+        return [f"{name}={value}"] if form == "--opt=value" else [name, value]
+    r = run("--check", *opt("--config", str(cfg)), *opt("--log-level", "warning"))
+    assert r.returncode == 0 and r.stdout.endswith("OK (1 cluster, 1 service listed, cache "
+                                                   f"{tmp_path / 'cache'})\n"), r.stderr
+    r = run("--check", *opt("--config", str(cfg)), *opt("--log-level", "loud"))
+    assert r.returncode == 2 and r.stderr == ("profilefs: error: --log-level loud: use error, "
+                                              "warning, info or debug\n")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = run(*opt("--log-file", str(log)), *opt("--log-level", "warning"), "-c", str(cfg), str(mnt))
+    try:
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: is_mounted(mnt), what="mount")
+        assert (mnt / "local/a/latest/heap.pb.gz").read_bytes()[:2] == b"\x1f\x8b"
+    finally:
+        unmount(mnt)
+    assert log.exists()
+
+
 def test_log_file_and_level(goapp, mount, tmp_path):
     app = goapp()
     log = tmp_path / "pfs.log"
