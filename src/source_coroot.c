@@ -231,8 +231,62 @@ static void app_url(const struct session *s, struct pfs_cluster *c, const char *
 	free(a);
 }
 
+/* The name users know an app by, from its ApplicationId
+ * "<cluster>:<namespace>:<kind>:<name>" (older Coroot: no cluster):
+ * "<namespace>.<name>" as Kubernetes discovery names services; with
+ * detail 1 ".<kind>" added, with 2 "<cluster>." too. An id of another
+ * shape is its own name. */
+static void app_name(const char *id, int detail, char *out, size_t outlen)
+{
+	const char *part[4];
+	size_t len[4], n = 0;
+
+	for (const char *p = id; n < 4; n++) {
+		const char *colon = strchr(p, ':');
+		part[n] = p;
+		len[n] = colon ? (size_t)(colon - p) : strlen(p);
+		if (!colon) {
+			n++;
+			break;
+		}
+		p = colon + 1;
+	}
+	if (n < 3 || (n == 4 && strchr(part[3], ':'))) {
+		snprintf(out, outlen, "%s", id);
+		return;
+	}
+	size_t o = n == 4 ? 1 : 0; /* the namespace's index */
+	int w = 0;
+	if (detail >= 2 && o)
+		w += snprintf(out, outlen, "%.*s.", (int)len[0], part[0]);
+	snprintf(out + w, outlen - (size_t)w, "%.*s%s%.*s%s%.*s", (int)len[o], part[o],
+		 len[o] ? "." : "", (int)len[o + 2], part[o + 2], detail >= 1 ? "." : "",
+		 detail >= 1 ? (int)len[o + 1] : 0, part[o + 1]);
+}
+
+/* Each app's name: as short as it can be and still be the only one of
+ * the apps with it (the same names on every mount for the same apps). */
+static void app_names(const char *const *ids, size_t n, char (*names)[512])
+{
+	int *detail = calloc(n ? n : 1, sizeof *detail);
+
+	for (int level = 0; level <= 2; level++) {
+		for (size_t i = 0; i < n; i++)
+			if (detail[i] == level)
+				app_name(ids[i], level, names[i], sizeof names[i]);
+		for (size_t i = 0; i < n && level < 2; i++)
+			for (size_t j = 0; j < n; j++)
+				if (i != j && detail[i] == level && strcmp(names[i], names[j]) == 0) {
+					detail[i] = level + 1;
+					break;
+				}
+	}
+	free(detail);
+}
+
 /* An app's profile types from its profiling view (f: its answer). */
-static void add_app(struct pfs_cluster *c, const char *app, struct pfs_fetch *f)
+static void add_app(struct pfs_cluster *c, const char *app, const char *name,
+		    struct pfs_fetch *f)
 {
 	char err[512];
 	json_t *data, *profiles, *p;
@@ -257,7 +311,7 @@ static void add_app(struct pfs_cluster *c, const char *app, struct pfs_fetch *f)
 		pfs_api_add_type(&types, type, pretty);
 	}
 	json_decref(data);
-	pfs_cluster_add_service(c, app, app, types.types, types.n_types);
+	pfs_cluster_add_service(c, app, name, types.types, types.n_types);
 	for (i = 0; i < types.n_types; i++)
 		free(types.types[i].type_id);
 	free(types.types);
@@ -297,11 +351,14 @@ static int discover(struct pfs_cluster *c, char *err, size_t errlen)
 		app_url(s, c, id, urls[n++], 4096);
 	}
 	pfs_http_sync_many(t, urls, n, res);
+	char (*names)[512] = calloc(n ? n : 1, sizeof *names);
+	app_names((const char *const *)ids, n, names);
 	for (i = 0; i < n; i++) {
-		add_app(c, ids[i], &res[i]);
+		add_app(c, ids[i], names[i], &res[i]);
 		pfs_fetch_release(&res[i]);
 		free(urls[i]);
 	}
+	free(names);
 	free(ids);
 	free(urls);
 	free(res);

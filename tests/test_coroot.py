@@ -14,7 +14,10 @@ from conftest import assert_fetch_fails, pprof_top, stable_name, windows
 from fakes.coroot import CPU, HEAP, Fake
 
 
-APP = stable_name("prod:default:Deployment:api")
+# Coroot's ApplicationId "<cluster>:<namespace>:<kind>:<name>" is shown as
+# Kubernetes discovery names services: <namespace>.<name>
+APP = "default.api"
+ETC = stable_name("ns.../../etc")  # "ns:Deployment:../../etc": lossy, so hashed
 
 
 @pytest.fixture
@@ -42,8 +45,8 @@ def flat(top):
 
 def test_flamegraph_becomes_valid_pprof(fake, mount, tmp_path):
     m = mount(cfg(fake))
-    assert sorted(os.listdir(m.path / "coroot")) == sorted([APP, stable_name("ns:Deployment:../../etc")])
-    assert APP.startswith("prod_default_Deployment_api~")
+    assert sorted(os.listdir(m.path / "coroot")) == sorted([APP, ETC])
+    assert ETC.startswith("ns..._.._etc~")
     svc = m.path / f"coroot/{APP}"
     w = windows(2)[1]
     assert sorted(os.listdir(svc / w)) == ["cpu.pb.gz", "heap_inuse_space.pb.gz"]
@@ -203,3 +206,27 @@ def test_hanging_apps_cost_one_timeout_not_one_each(mount):
         assert len(warns) == 10 and all("timed out" in w.lower() for w in warns), warns
     finally:
         fake.stop()
+
+
+def test_app_names_are_what_users_know(mount):
+    """<namespace>.<name>; the kind added only where two apps would share a
+    name, then the cluster; the same names on a remount, whatever order
+    Coroot lists them in."""
+    apps = ["prod:default:Deployment:api", "prod:default:StatefulSet:db",
+            "prod:default:Deployment:db", "prod:billing:Deployment:api",
+            "k3x9m2qa:default:DaemonSet:agent", "eu1:default:DaemonSet:agent",
+            "legacy:Deployment:web"]
+    want = sorted(["default.api", "default.db.StatefulSet", "default.db.Deployment",
+                   "billing.api", "k3x9m2qa.default.agent.DaemonSet",
+                   "eu1.default.agent.DaemonSet", "legacy.web"])
+    f = Fake(apps)
+    try:
+        m = mount(cfg(f))
+        assert sorted(os.listdir(m.path / "coroot")) == want
+        f.apps = list(reversed(apps))
+        m.restart()
+        assert sorted(os.listdir(m.path / "coroot")) == want
+        assert (m.path / "coroot/default.db.StatefulSet/latest/cpu.pb.gz").read_bytes()[:2] == \
+            b"\x1f\x8b"
+    finally:
+        f.stop()
