@@ -139,6 +139,7 @@ int pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since, 
 		    struct pfs_snap_input **out, size_t *count);
 
 /* Counters per target (pprof) or per service (other kinds). */
+#define PFS_FLIGHT_MAX 4
 struct pfs_target_stats {
 	time_t last_fetch;  /* finish time of the last fetch, 0 if none */
 	time_t last_ok;
@@ -148,6 +149,11 @@ struct pfs_target_stats {
 	char last_error_file[256];
 	unsigned in_flight;     /* fetches running now */
 	time_t in_flight_since; /* since when (0: none) */
+	struct {                /* which (the newest PFS_FLIGHT_MAX; pfs_snap_target_stats) */
+		char file[256], round[PFS_ROUND_NAME_MAX];
+		time_t since;
+	} flight[PFS_FLIGHT_MAX];
+	size_t n_flight;
 	int pgo; /* the last cpu profile: 1 has Function.start_line, -1 has not (go
 		  * build -pgo rejects it), 0 none fetched */
 	/* filled by pfs_snap_target_stats: the target as it is now */

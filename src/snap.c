@@ -680,6 +680,7 @@ void snap_start_slot_ex(struct pfs_service *s, struct round *r, int slot, time_t
 	j->timeout_ms = (long)(slot_timeout(s, slot) * 1000);
 	j->f.max_bytes = snap_cfg->max_bytes;
 	sl->st = SLOT_FETCHING;
+	sl->since = now;
 	struct pfs_target_stats *ts = &s->state->stats[stats_index(s, slot)];
 	if (ts->in_flight++ == 0)
 		ts->in_flight_since = now;
@@ -1012,6 +1013,21 @@ void pfs_snap_target_stats(struct pfs_service *s, size_t i, struct pfs_target_st
 	snprintf(out->target, sizeof out->target, "%s", t->name ? t->name : "");
 	snprintf(out->url, sizeof out->url, "%s", t->log_url ? t->log_url : "");
 	out->active = !s->discovered || s->state->active[i];
+	/* what is in flight (rounds oldest first: the newest PFS_FLIGHT_MAX kept) */
+	out->n_flight = 0;
+	for (struct round *r = s->state->rounds; r && out->in_flight; r = r->next)
+		for (size_t f = 0; f < s->n_files; f++) {
+			if (r->slots[f].st != SLOT_FETCHING || stats_index(s, (int)f) != i)
+				continue;
+			size_t k = out->n_flight < PFS_FLIGHT_MAX ? out->n_flight : PFS_FLIGHT_MAX - 1;
+			if (out->n_flight == PFS_FLIGHT_MAX) /* keep the newest */
+				memmove(out->flight, out->flight + 1, (PFS_FLIGHT_MAX - 1) * sizeof *out->flight);
+			else
+				out->n_flight++;
+			snprintf(out->flight[k].file, sizeof out->flight[k].file, "%s", s->files[f].name);
+			memcpy(out->flight[k].round, r->name, sizeof r->name);
+			out->flight[k].since = r->slots[f].since;
+		}
 	pthread_mutex_unlock(&snap_lock);
 }
 

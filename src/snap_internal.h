@@ -26,6 +26,7 @@ struct slot {
 	off_t size;
 	off_t listed;
 	time_t failed_at;
+	time_t since; /* SLOT_FETCHING: since when */
 };
 
 struct round {

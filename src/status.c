@@ -67,6 +67,14 @@ char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
 					"in_flight", (json_int_t)st.in_flight,
 					"in_flight_since", pfs_status_time(st.in_flight_since),
 					"pgo", pgo_text(c, st.pgo));
+				if (st.n_flight) { /* which files, since when (a cpu take: cpu_seconds) */
+					json_t *fl = json_array();
+					for (size_t f = 0; f < st.n_flight; f++)
+						json_array_append_new(fl, json_pack("{s:s, s:s, s:o}",
+							"file", st.flight[f].file, "round", st.flight[f].round,
+							"since", pfs_status_time(st.flight[f].since)));
+					json_object_set_new(one, "in_flight_files", fl);
+				}
 				if (s->discovered) /* gone from discovery: its snapshots stay */
 					json_object_set_new(one, "discovered_now", json_boolean(st.active));
 				json_array_append_new(targets, one);

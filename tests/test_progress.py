@@ -2,6 +2,7 @@
 so when it starts, and .status.json shows what is in flight since when."""
 import json
 import os
+import re
 import threading
 import time
 
@@ -24,6 +25,10 @@ def test_cpu_wait_is_logged_and_in_flight_shown(goapp, mount):
     doc = status(m)
     [tgt] = doc["targets"]
     assert tgt["in_flight"] == 1 and tgt["in_flight_since"]
+    # which file, of which round, since when
+    [f] = tgt["in_flight_files"]
+    assert f["file"] == "cpu.pb.gz" and f["since"] == tgt["in_flight_since"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", f["round"]), f
     assert abs(time.mktime(time.strptime(tgt["in_flight_since"], "%Y-%m-%dT%H:%M:%SZ"))
                - time.mktime(time.gmtime(t0))) <= 2
     assert "info: local/a: taking cpu profile of 1 target (3 s)" in m.log()
@@ -31,3 +36,4 @@ def test_cpu_wait_is_logged_and_in_flight_shown(goapp, mount):
     assert sorted(listed) == ["cpu.pb.gz", "heap.pb.gz"]
     doc = status(m)
     assert doc["in_flight"] == 0 and doc["targets"][0]["in_flight_since"] is None
+    assert "in_flight_files" not in doc["targets"][0]
