@@ -565,7 +565,11 @@ static void fill_dir(struct stat *st, time_t mtime)
 {
 	st->st_mode = S_IFDIR | 0555;
 	st->st_nlink = 2;
-	st->st_mtime = st->st_ctime = st->st_atime = mtime;
+	st->st_mtime = st->st_atime = mtime;
+	/* the mtime moves as the listing changes (rounds land); the ctime
+	 * stays: GNU tar compares a directory's ctime before and after
+	 * archiving it ("file changed as we read it", exit 1) */
+	st->st_ctime = g_mount_time;
 }
 
 static int listing_nsec(struct loc *l, int flags, double *timeout, long *nsec);
@@ -1499,7 +1503,7 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 }
 
 /* The generation of the .status.json node to give: the last one's if it
- * was made less than a second ago (true), else a new one (false). */
+ * was made less than half a second ago (true), else a new one (false). */
 static bool status_recent(uint64_t *gen)
 {
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -1511,7 +1515,7 @@ static bool status_recent(uint64_t *gen)
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	pthread_mutex_lock(&lock);
 	recent = last_gen && (double)(now.tv_sec - last_at.tv_sec) +
-				     (double)(now.tv_nsec - last_at.tv_nsec) / 1e9 < 1.0;
+				     (double)(now.tv_nsec - last_at.tv_nsec) / 1e9 < 0.5;
 	if (!recent) {
 		last_gen = fresh_gen();
 		last_at = now;
@@ -1594,8 +1598,8 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		}
 	} else if (l.node == N_STATUS) {
 		/* a document made now, its own node; the name is looked up anew
-		 * at each open. Within a second of the last one, that one: a
-		 * stat and then an open (cp) read one document, one inode. */
+		 * at each open. Within half a second of the last one, that one:
+		 * a stat and then an open (cp) read one document, one inode. */
 		uint64_t gen;
 		if (!status_recent(&gen))
 			doc = pfs_status_json(g_cfg, g_mount_time, &doc_len);
