@@ -86,15 +86,17 @@ static int inputs(struct pfs_service *s, const struct pfs_range *r, const char *
 
 size_t pfs_merged_keys(const struct pfs_service *s, const char ***keys)
 {
-	size_t n = 0;
+	/* read once: a listing may add files meanwhile */
+	size_t n = 0, nf = __atomic_load_n(&s->n_files, __ATOMIC_ACQUIRE);
+	const struct pfs_file *files = __atomic_load_n(&s->files, __ATOMIC_ACQUIRE);
 
-	*keys = malloc((s->n_files ? s->n_files : 1) * sizeof **keys);
-	for (size_t i = 0; i < s->n_files; i++) {
+	*keys = malloc((nf ? nf : 1) * sizeof **keys);
+	for (size_t i = 0; i < nf; i++) {
 		bool seen = false;
 		for (size_t j = 0; j < n && !seen; j++)
-			seen = strcmp((*keys)[j], s->files[i].merge_key) == 0;
+			seen = strcmp((*keys)[j], files[i].merge_key) == 0;
 		if (!seen)
-			(*keys)[n++] = s->files[i].merge_key;
+			(*keys)[n++] = files[i].merge_key;
 	}
 	return n;
 }

@@ -1094,7 +1094,6 @@ int pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since, 
 		pthread_mutex_unlock(&snap_lock);
 		return -EAGAIN;
 	}
-	in_range = calloc(s->n_files ? s->n_files : 1, sizeof *in_range);
 	if (!(flags & PFS_SNAP_WAIT)) {
 		/* settled: only what is there is taken */
 	} else if (listed(s) && listed_rounds(s, PFS_SNAP_WAIT) == 0) {
@@ -1134,7 +1133,9 @@ int pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since, 
 					}
 			}
 	}
-	for (struct round *r = s->state->rounds; r; r = r->next) {
+	/* sized here: a listing the waits above let in may have added files */
+	in_range = calloc(s->n_files ? s->n_files : 1, sizeof *in_range);
+	for (struct round *r = s->state->rounds; in_range && r; r = r->next) {
 		if (r->t < since)
 			continue;
 		for (size_t i = 0; i < s->n_files; i++)
@@ -1145,7 +1146,7 @@ int pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since, 
 	}
 	/* scraped snapshots: each file's newest one before the range (rounds
 	 * are oldest first), the base of its first difference */
-	for (size_t i = 0; !windowed(s) && i < s->n_files; i++) {
+	for (size_t i = 0; in_range && !windowed(s) && i < s->n_files; i++) {
 		struct round *base = NULL;
 		for (struct round *r = s->state->rounds; in_range[i] && r && r->t < since; r = r->next)
 			if (r->slots[i].st == SLOT_READY)

@@ -154,15 +154,16 @@ def test_merged_is_rebuilt_as_soon_as_a_snapshot_arrives(goapp, mount):
     for a timeout, see the merge of both."""
     app = goapp()
     m = mount(config_for({"a": {"targets": [app.base], "profiles": ["goroutine"]}},
-                         latest_ttl=1))
+                         latest_ttl=3))
     svc = m.path / "local/a"
     f = svc / "merged/24h/goroutine.pb.gz"
     one = (svc / "latest/goroutine.pb.gz").read_bytes()
     first = f.read_bytes()  # one snapshot: the mean of one is that snapshot
+    # (latest_ttl leaves a slow build, ASan's, room to read it before a second)
     assert Profile(first).total("goroutine") == Profile(one).total("goroutine") > 0
     st1 = os.stat(f)
     assert st1.st_size == len(first)
-    time.sleep(1.1)
+    time.sleep(3.1)
     (svc / "latest/goroutine.pb.gz").read_bytes()
     wait_for(lambda: len([d for d in os.listdir(svc) if d[0].isdigit()]) == 2, timeout=5,
              what="a second round")
