@@ -239,6 +239,8 @@ static int read_xml(const char *xml, size_t len, int (*on_end)(struct reader *, 
 	struct reader *r = calloc(1, sizeof *r);
 	int rc;
 
+	if (!xml) /* no body at all (NULL + 0 is undefined) */
+		xml = "", len = 0;
 	r->p = xml;
 	r->end = xml + len;
 	r->on_end = on_end;
@@ -294,7 +296,8 @@ bool pfs_s3_error_text(const uint8_t *body, size_t len, char *out, size_t outlen
 	struct error_doc e = {0};
 	char err[128];
 
-	if (len > (1u << 16) || read_xml((const char *)body, len, on_error_end, &e, err, sizeof err) ||
+	if (!body || len == 0 || len > (1u << 16) || /* an empty answer: no <Error> */
+	    read_xml((const char *)body, len, on_error_end, &e, err, sizeof err) ||
 	    !e.is_error || !e.code[0])
 		return false;
 	printable(e.code);

@@ -19,6 +19,12 @@ FAULTS = {
     "empty": "invalid profile: not gzip data (0 bytes)",
     "html": "invalid profile: not gzip data",
     "rawproto": "invalid profile: not gzip data",
+    # a non-200 answer with no body at all (killed the ASan build before)
+    "code302": "HTTP 302",
+    "code401": "HTTP 401",
+    "code404": "HTTP 404",
+    "code500": "HTTP 500",
+    "code503": "HTTP 503",
 }
 
 

@@ -17,6 +17,9 @@
 //	html       HTTP 200 with an HTML page
 //	rawproto   HTTP 200 with the profile gunzipped (valid proto, not gzip)
 //	swap       any profile name serves the goroutine profile (other sample types)
+//	code<N>    HTTP status N with an empty body (no Content-Type, no Location)
+//	echo       HTTP 404 quoting the request, as Express does ("Cannot GET /...?token=T"),
+//	           and its Authorization, X-Api-Key headers
 //
 // With -token T every request must carry "Authorization: Bearer T".
 //
@@ -205,6 +208,15 @@ func serveFault(w http.ResponseWriter, r *http.Request) {
 				c.Close()
 			}
 		}
+	case mode == "echo":
+		w.WriteHeader(404)
+		fmt.Fprintf(w, "Cannot GET %s %s %s\n", r.URL.RequestURI(), r.Header.Get("Authorization"),
+			r.Header.Get("X-Api-Key"))
+	case strings.HasPrefix(mode, "code"):
+		code, _ := strconv.Atoi(strings.TrimPrefix(mode, "code"))
+		w.Header()["Content-Type"] = nil
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(code)
 	case mode == "swap":
 		r2 := r.Clone(r.Context())
 		r2.URL.Path = "/debug/pprof/goroutine"
