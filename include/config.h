@@ -161,6 +161,10 @@ struct pfs_service *pfs_config_service(struct pfs_cluster *c, const char *name);
 /* Snapshot of the service list: n services into *out (malloc'd). */
 size_t pfs_cluster_services(struct pfs_cluster *c, struct pfs_service ***out);
 
+/* True if a header of this name carries a secret (Authorization, Cookie,
+ * names with token, key, secret or auth). */
+bool pfs_header_is_secret(const char *name);
+
 /* Parse a duration: a JSON number of seconds or a string like "500ms",
  * "10s", "5m", "1h", "7d". Returns -1 on a malformed value. */
 double pfs_parse_duration(const char *s);

@@ -5,6 +5,7 @@
 #include "discovery.h"
 
 #include "log.h"
+#include "secrets.h"
 #include "names.h"
 #include "source.h"
 #include "upload.h"
@@ -132,6 +133,7 @@ int pfs_conf_secret(struct pfs_parser *p, json_t *obj, const char *key, const ch
 		return -1;
 	if (*out && json_object_get(obj, key))
 		p->has_secrets = true;
+	pfs_secret_add(*out); /* masked in every log line and .status.json */
 	snprintf(envkey, sizeof envkey, "%s_env", key);
 	if (pfs_conf_string(p, obj, envkey, where, &var))
 		return -1;
@@ -143,10 +145,11 @@ int pfs_conf_secret(struct pfs_parser *p, json_t *obj, const char *key, const ch
 	*out = getenv(var);
 	if (!*out || !**out)
 		return pfs_conf_fail(p, field, "environment variable %s is not set", var);
+	pfs_secret_add(*out);
 	return 0;
 }
 
-static bool header_is_secret(const char *name)
+bool pfs_header_is_secret(const char *name)
 {
 	return strcasecmp(name, "authorization") == 0 || strcasecmp(name, "cookie") == 0 ||
 	       strcasestr(name, "token") || strcasestr(name, "key") || strcasestr(name, "secret") ||
@@ -257,7 +260,7 @@ static int parse_settings(struct pfs_parser *p, json_t *obj, const char *where, 
 				pfs_conf_key_path(field, sizeof field, sub, k);
 				return pfs_conf_fail(p, field, "must be a header name with a one-line string value");
 			}
-			if (header_is_secret(k))
+			if (pfs_header_is_secret(k))
 				p->has_secrets = true;
 			json_object_set(merged, k, hv);
 		}
@@ -433,6 +436,7 @@ static int parse_target(struct pfs_parser *p, json_t *v, const char *where, cons
 	t->log_url = url_for_log(url, hostport, sizeof hostport);
 	if (url_has_credentials(url))
 		p->has_secrets = true;
+	pfs_secret_add_url(url); /* masked wherever it comes back (secrets.h) */
 	if (!t->log_url) {
 		pfs_conf_fail(p, field, "is not a valid URL");
 		goto out;

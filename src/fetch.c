@@ -5,11 +5,13 @@
 #include "log.h"
 #include "mem.h"
 #include "s3xml.h"
+#include "secrets.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <string.h>
 
 static CURLM *g_multi;
@@ -86,10 +88,35 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
 
 /* An easy handle for f: the same options whether the multi thread runs it
  * or pfs_fetch_run() does. */
+/* What of t and url is secret: masked in every log line and in
+ * .status.json from before the request goes out (an answer may echo it). */
+static void register_secrets(const struct pfs_target *t, const char *url)
+{
+	pfs_secret_add_url(url);
+	pfs_secret_add(t->password);
+	if (!t->aws_sigv4)
+		pfs_secret_add_basic(t->username, t->password);
+	for (size_t i = 0; i < t->n_headers; i++) {
+		const char *h = t->headers[i], *colon = strchr(h, ':');
+		if (!colon)
+			continue;
+		char name[128];
+		snprintf(name, sizeof name, "%.*s", (int)(colon - h), h);
+		if (!pfs_header_is_secret(name))
+			continue;
+		const char *v = colon + 1 + strspn(colon + 1, " \t");
+		pfs_secret_add(v);
+		if (strncasecmp(v, "Bearer ", 7) == 0 || strncasecmp(v, "Basic ", 6) == 0)
+			pfs_secret_add(strchr(v, ' ') + 1);
+	}
+}
+
 static CURL *make_easy(struct pfs_fetch *f)
 {
 	const struct pfs_target *t = f->target;
 	CURL *e = curl_easy_init();
+
+	register_secrets(t, f->url);
 
 	f->slist = pfs_fetch_headers(t, f->post ? f->content_type : NULL);
 	curl_easy_setopt(e, CURLOPT_URL, f->url);
@@ -150,15 +177,24 @@ static void start_one(struct pfs_fetch *f)
 
 void pfs_http_error(char *out, size_t outlen, long status, const uint8_t *body, size_t len)
 {
-	char text[300];
+	char text[300], head[4096];
 	size_t n = 0;
 
 	if (pfs_s3_error_text(body, len, text, sizeof text)) { /* S3's <Error> */
+		pfs_secret_mask(text);
 		snprintf(out, outlen, "HTTP %ld, %s", status, text);
 		return;
 	}
+	/* masked before it is cut: no part of a secret is left */
+	len = len < sizeof head - 1 ? len : sizeof head - 1;
+	if (len)
+		memcpy(head, body, len);
+	head[len] = '\0';
+	len = strnlen(head, len);
+	pfs_secret_mask(head);
+	len = strlen(head);
 	for (size_t i = 0; i < len && n < 120; i++) {
-		uint8_t c = body[i];
+		uint8_t c = (uint8_t)head[i];
 		if (c == '\n' || c == '\r')
 			break;
 		if (c < 0x20 || c >= 0x7f) {

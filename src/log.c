@@ -1,6 +1,8 @@
 /* Logging: stderr, a file or syslog, one whole line per call. */
 #include "log.h"
 
+#include "secrets.h"
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -68,6 +70,7 @@ void pfs_log(enum pfs_log_level lvl, const char *fmt, ...)
 		return;
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof line, fmt, ap);
+	pfs_secret_mask(line); /* whatever text it quotes */
 	va_end(ap);
 	for (char *c = line; *c; c++) /* upstream text never breaks the line */
 		if ((unsigned char)*c < 0x20 || *c == 0x7f)

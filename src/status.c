@@ -6,6 +6,7 @@
 #include "upload.h"
 #include "snap.h"
 #include "source.h"
+#include "secrets.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -32,6 +33,29 @@ static const char *pgo_text(const struct pfs_cluster *c, int pgo)
 		return "ok";
 	return c->src->pgo ? "no: its cpu profile has no Function.start_line (built by Go < 1.20?)"
 			   : "no: this source kind's cpu profiles have no line numbers";
+}
+
+/* Every secret masked in the document's strings (secrets.h): values only,
+ * so a query value such as "true" masks no JSON literal. */
+static void mask(json_t *v)
+{
+	const char *k;
+	json_t *x;
+	size_t i;
+
+	if (json_is_string(v)) {
+		char *copy = strdup(json_string_value(v));
+		pfs_secret_mask(copy);
+		if (strcmp(copy, json_string_value(v)))
+			json_string_set(v, copy);
+		free(copy);
+	} else if (json_is_object(v)) {
+		json_object_foreach(v, k, x)
+			mask(x);
+	} else if (json_is_array(v)) {
+		json_array_foreach(v, i, x)
+			mask(x);
+	}
 }
 
 char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
@@ -98,6 +122,7 @@ char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
 		json_object_set_new(root, "upload", up);
 	json_object_set_new(root, "in_flight", json_integer((json_int_t)in_flight));
 	json_object_set_new(root, "targets", targets);
+	mask(root); /* an error text may quote one (an echoed URL) */
 	out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	json_decref(root);
 	*len = strlen(out);

@@ -185,3 +185,38 @@ def test_query_in_target_url_stays_the_query(goapp, mount, tmp_path):
         out.write_bytes((m.path / f"local/app/latest/{name}.pb.gz").read_bytes())
         pprof_top(out)
     assert m.error_lines() == []
+
+
+def test_secrets_echoed_back_are_masked_everywhere(goapp, mount, monkeypatch):
+    """A 404 page that quotes the request (Express: "Cannot GET
+    /...?token=..."), here with its Authorization and X-Api-Key headers
+    too: no secret profilefs sent reaches the log or .status.json (which
+    every local user reads under allow_other), wherever the text came
+    from; "***" stands in for each."""
+    import json
+    app = goapp()
+    monkeypatch.setenv("PFS_ECHO_KEY", "s3cret-api-key")
+    base = app.fault("echo")
+    host = base.replace("http://", "")
+    m = mount(config_for({
+        "q": {"targets": [f"{base}?token=s3cret-query"], "profiles": ["heap"],
+              "bearer_token": "s3cret-bearer", "headers": {"X-Api-Key": "s3cret-api-key"}},
+        "u": {"targets": [f"http://user:s3cret-userinfo@{host}"], "profiles": ["heap"]},
+        "b": {"targets": [base], "profiles": ["heap"],
+              "basic_auth": {"username": "bob", "password": "s3cret-basic"}}},
+        retry_after=60))
+    for svc in ("q", "u", "b"):
+        assert_eio(m.path / f"local/{svc}/latest/heap.pb.gz")
+    status = (m.path / ".status.json").read_text()
+    log = m.log()
+    import base64
+    basic = base64.b64encode(b"bob:s3cret-basic").decode()
+    for secret in ("s3cret-query", "s3cret-bearer", "s3cret-api-key", "s3cret-userinfo",
+                   "s3cret-basic", basic):
+        assert secret not in log and secret not in status, secret
+    errs = {t["service"]: t["last_error"] for t in json.loads(status)["targets"]}
+    assert errs["q"].startswith("HTTP 404: Cannot GET /fault/echo/debug/pprof/heap?token=*** "
+                                "***"), errs["q"]
+    assert errs["b"].startswith("HTTP 404: Cannot GET /fault/echo/debug/pprof/heap Basic ***"), \
+        errs["b"]
+    assert len(m.error_lines()) == 3 and all("***" in l for l in m.error_lines())
