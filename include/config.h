@@ -37,6 +37,9 @@ struct pfs_target {
 	char *password;
 	char *aws_sigv4; /* "aws:amz:<region>:s3": username and password are an
 			  * access key and its secret, requests are signed (S3) */
+	char *ca_file;   /* https: the CA to trust (else the system's) */
+	char *cert_file, *key_file; /* https: a client certificate (mTLS) */
+	bool insecure;   /* https: the certificate is not checked */
 	double timeout;  /* seconds for one fetch; cpu adds cpu_seconds */
 	unsigned profiles; /* discovered: the profiles it serves (0: the service's) */
 };

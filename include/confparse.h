@@ -23,6 +23,10 @@ struct pfs_settings {
 	const char *username;
 	const char *password;
 	unsigned profiles;
+	/* TLS: the CA that signs the targets' certificates, a client
+	 * certificate and its key (mTLS), or no check at all */
+	const char *ca_file, *cert_file, *key_file;
+	bool insecure;
 };
 
 struct pfs_parser {

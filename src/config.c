@@ -225,7 +225,22 @@ int pfs_conf_keys(struct pfs_parser *p, json_t *obj, const char *where, const ch
 }
 
 #define SETTING_KEYS "timeout", "cpu_seconds", "headers", "bearer_token", "bearer_token_env", \
-		     "basic_auth", "profiles"
+		     "basic_auth", "profiles", "ca_file", "cert_file", "key_file", "insecure_skip_verify"
+
+/* A file setting that must be there to read (checked at mount). */
+static int readable_file(struct pfs_parser *p, json_t *obj, const char *key, const char *where,
+			 const char **out)
+{
+	char field[512];
+
+	if (pfs_conf_string(p, obj, key, where, out))
+		return -1;
+	if (json_object_get(obj, key) && access(*out, R_OK)) {
+		snprintf(field, sizeof field, "%s%s", where, key);
+		return pfs_conf_fail(p, field, "%s: %s", *out, strerror(errno));
+	}
+	return 0;
+}
 
 /* Read this level's settings over the inherited ones in s (a copy whose
  * headers are borrowed). On return, success or not, s->headers is a
@@ -283,6 +298,24 @@ static int parse_settings(struct pfs_parser *p, json_t *obj, const char *where, 
 			return -1;
 		if (!s->username || !s->password)
 			return pfs_conf_fail(p, sub, "needs username and password (or password_env)");
+	}
+	if (readable_file(p, obj, "ca_file", where, &s->ca_file) ||
+	    readable_file(p, obj, "cert_file", where, &s->cert_file) ||
+	    readable_file(p, obj, "key_file", where, &s->key_file))
+		return -1;
+	if (!s->cert_file != !s->key_file) {
+		snprintf(field, sizeof field, "%s%s", where, s->cert_file ? "key_file" : "cert_file");
+		return pfs_conf_fail(p, field, "is required with %s (a client certificate and its key)",
+				     s->cert_file ? "cert_file" : "key_file");
+	}
+	if ((v = json_object_get(obj, "insecure_skip_verify"))) {
+		snprintf(field, sizeof field, "%sinsecure_skip_verify", where);
+		if (!json_is_boolean(v))
+			return pfs_conf_fail(p, field, "must be true or false");
+		s->insecure = json_is_true(v);
+		if (s->insecure)
+			pfs_warn("config %s: %s: TLS certificates of these targets are not checked "
+				 "(anyone on the path can pose as them)", p->path, field);
 	}
 	if ((v = json_object_get(obj, "profiles"))) {
 		size_t i;
@@ -373,6 +406,10 @@ void pfs_conf_template(const struct pfs_settings *s, struct pfs_target *t)
 		t->username = strdup(s->username);
 		t->password = strdup(s->password);
 	}
+	t->ca_file = s->ca_file ? strdup(s->ca_file) : NULL;
+	t->cert_file = s->cert_file ? strdup(s->cert_file) : NULL;
+	t->key_file = s->key_file ? strdup(s->key_file) : NULL;
+	t->insecure = s->insecure;
 }
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
@@ -389,6 +426,10 @@ void pfs_target_copy(const struct pfs_target *from, struct pfs_target *to)
 	to->username = dup_or_null(from->username);
 	to->password = dup_or_null(from->password);
 	to->aws_sigv4 = dup_or_null(from->aws_sigv4);
+	to->ca_file = dup_or_null(from->ca_file);
+	to->cert_file = dup_or_null(from->cert_file);
+	to->key_file = dup_or_null(from->key_file);
+	to->insecure = from->insecure;
 	to->timeout = from->timeout;
 	to->profiles = from->profiles;
 }
@@ -929,6 +970,9 @@ void pfs_target_free(struct pfs_target *t)
 		explicit_bzero(t->password, strlen(t->password));
 	free(t->password);
 	free(t->aws_sigv4);
+	free(t->ca_file);
+	free(t->cert_file);
+	free(t->key_file);
 	memset(t, 0, sizeof *t);
 }
 

@@ -149,6 +149,16 @@ static CURL *make_easy(struct pfs_fetch *f)
 		curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
 		curl_easy_setopt(e, CURLOPT_HEADERDATA, f);
 	}
+	if (t->ca_file)
+		curl_easy_setopt(e, CURLOPT_CAINFO, t->ca_file);
+	if (t->cert_file) { /* mTLS */
+		curl_easy_setopt(e, CURLOPT_SSLCERT, t->cert_file);
+		curl_easy_setopt(e, CURLOPT_SSLKEY, t->key_file);
+	}
+	if (t->insecure) {
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+	}
 	if (t->aws_sigv4) { /* the key and secret sign the request */
 		curl_easy_setopt(e, CURLOPT_AWS_SIGV4, t->aws_sigv4);
 		curl_easy_setopt(e, CURLOPT_USERNAME, t->username);
