@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -168,6 +169,18 @@ int pfs_cache_init(const char *dir, char *err, size_t errlen)
 	return 0;
 }
 
+/* "cache write: <why>"; out of descriptors said so, with the limit */
+static void write_err(char *err, size_t errlen, int e)
+{
+	struct rlimit rl;
+
+	if ((e == EMFILE || e == ENFILE) && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+		snprintf(err, errlen, "cache write: out of file descriptors (RLIMIT_NOFILE %ld): %s",
+			 (long)rl.rlim_cur, strerror(e));
+	else
+		snprintf(err, errlen, "cache write: %s", strerror(e));
+}
+
 /* Write data aside in dir (cache_dir/.tmp, or the file's own directory:
  * ".stage.<pid>.<n>", a name no snapshot file has), not yet durable. */
 static int stage(int dir, const uint8_t *data, size_t len, time_t mtime, char name[64],
@@ -181,7 +194,7 @@ static int stage(int dir, const uint8_t *data, size_t len, time_t mtime, char na
 	snprintf(name, 64, ".stage.%d.%u", getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
 	fd = openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
-		snprintf(err, errlen, "cache write: %s", strerror(errno));
+		write_err(err, errlen, errno);
 		return -1;
 	}
 	while (off < len) {
@@ -193,7 +206,7 @@ static int stage(int dir, const uint8_t *data, size_t len, time_t mtime, char na
 		off += (size_t)w;
 	}
 	if (off < len || futimens(fd, ts)) {
-		snprintf(err, errlen, "cache write: %s", strerror(errno));
+		write_err(err, errlen, errno);
 		close(fd);
 		unlinkat(dir, name, 0);
 		return -1;
@@ -217,7 +230,7 @@ static int place(const char *name, bool in_round, const char *cluster, const cha
 	}
 	e = dir < 0 ? -dir : errno;
 	if (err)
-		snprintf(err, errlen, "cache write: %s", strerror(e));
+		write_err(err, errlen, e);
 	if (from >= 0)
 		unlinkat(from, name, 0);
 	if (dir >= 0)
@@ -348,7 +361,7 @@ struct pfs_staged *pfs_cache_stage(const char *cluster, const char *service, con
 	}
 	int dir = round_dir(cluster, service, round, true);
 	if (dir < 0) {
-		snprintf(err, errlen, "cache write: %s", strerror(-dir));
+		write_err(err, errlen, -dir);
 		return NULL;
 	}
 	c = calloc(1, sizeof *c);

@@ -929,7 +929,7 @@ int pfs_config_load_with(const char *path, char *const *options, size_t n_option
 	cfg->max_raw_bytes = 256u << 20;
 	cfg->max_memory = (size_t)1 << 30;
 	cfg->decode_threads = 2;
-	cfg->max_connections = 1024;
+	cfg->max_connections = 0; /* main: half the file descriptors, at most 1024 */
 	cfg->max_host_connections = 0; /* no limit: in a fleet each target is its own host */
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
 		snprintf(err, errlen, "config %s: is a directory, not a JSON file", path);

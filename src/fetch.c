@@ -8,6 +8,10 @@
 #include "secrets.h"
 
 #include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,6 +223,29 @@ void pfs_http_error(char *out, size_t outlen, long status, const uint8_t *body, 
 	snprintf(out, outlen, "HTTP %ld%s%s", status, n ? ": " : "", text);
 }
 
+static long nofile(void)
+{
+	struct rlimit rl;
+	return getrlimit(RLIMIT_NOFILE, &rl) ? -1 : (long)rl.rlim_cur;
+}
+
+/* A failed transfer whose cause was the process's file descriptors, not
+ * the target: the socket's errno, or none to be had right now. */
+static bool out_of_fds(CURL *e)
+{
+	long os = 0;
+	int fd;
+
+	curl_easy_getinfo(e, CURLINFO_OS_ERRNO, &os);
+	if (os == EMFILE || os == ENFILE)
+		return true;
+	if ((fd = fcntl(0, F_DUPFD_CLOEXEC, 3)) >= 0) {
+		close(fd);
+		return false;
+	}
+	return errno == EMFILE || errno == ENFILE;
+}
+
 /* Fill in the result and free the easy handle. */
 static void record_result(struct pfs_fetch *f, CURLcode cc)
 {
@@ -231,6 +258,10 @@ static void record_result(struct pfs_fetch *f, CURLcode cc)
 	else if (f->over_budget)
 		snprintf(f->error, sizeof f->error, "HTTP %ld, memory budget spent (max_memory %zu "
 			 "bytes, all in use by fetches in flight)", f->http_status, pfs_mem_max());
+	else if (cc != CURLE_OK && out_of_fds(e))
+		snprintf(f->error, sizeof f->error, "HTTP %ld, out of file descriptors (RLIMIT_NOFILE "
+			 "%ld; max_connections %zu): %s", f->http_status, nofile(), g_max_active,
+			 f->curl_err[0] ? f->curl_err : curl_easy_strerror(cc));
 	else if (cc != CURLE_OK)
 		snprintf(f->error, sizeof f->error, "HTTP %ld, %s", f->http_status,
 			 f->curl_err[0] ? f->curl_err : curl_easy_strerror(cc));
@@ -336,7 +367,14 @@ int pfs_fetcher_start(size_t max_connections, size_t max_host_connections)
 	g_max_active = max_connections;
 	if (max_host_connections)
 		curl_multi_setopt(g_multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)max_host_connections);
-	curl_multi_setopt(g_multi, CURLMOPT_MAXCONNECTS, (long)max_connections);
+	/* Idle connections kept for reuse hold descriptors the cache and FUSE
+	 * need: at most a quarter of the limit, whatever max_connections says
+	 * (set above the limit, a storm's leftovers would starve every later
+	 * cache write). */
+	long fds = nofile(), idle = (long)max_connections;
+	if (fds > 0 && idle > fds / 4)
+		idle = fds / 4 > 4 ? fds / 4 : 4;
+	curl_multi_setopt(g_multi, CURLMOPT_MAXCONNECTS, idle);
 	return pthread_create(&g_thread, NULL, fetcher_main, NULL) == 0 ? 0 : -1;
 }
 

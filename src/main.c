@@ -18,6 +18,7 @@
 #include <protobuf-c/protobuf-c.h>
 #include <errno.h>
 #include <limits.h>
+#include <sys/resource.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -150,6 +151,24 @@ static void version(void)
 
 /* The session from mount to unmount; 0 on a clean stop (fusermount -u,
  * SIGTERM, SIGINT, SIGHUP). */
+/* The file descriptors there are: the soft limit raised to the hard one
+ * (a login shell's and systemd's default soft limit is 1024). */
+static size_t files_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return 1024;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rlim_t was = rl.rlim_cur;
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			rl.rlim_cur = was;
+	}
+	return rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1u << 20) ? 1u << 20
+									   : (size_t)rl.rlim_cur;
+}
+
 static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_args *args,
 		 struct fuse_cmdline_opts *opts)
 {
@@ -172,6 +191,13 @@ static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_ar
 		goto out_unmount;
 	pfs_cache_note_pid();
 	pfs_mem_init(cfg->max_memory);
+	size_t fds = files_limit();
+	if (!cfg->max_connections) /* half the descriptors: the rest are the cache's, FUSE's */
+		cfg->max_connections = fds / 2 < 1024 ? (fds / 2 > 8 ? fds / 2 : 8) : 1024;
+	else if (cfg->max_connections > fds / 2)
+		pfs_warn("max_connections %zu with %zu file descriptors (RLIMIT_NOFILE): fetches may "
+			 "fail for want of descriptors; raise the limit (LimitNOFILE=) or lower "
+			 "max_connections", cfg->max_connections, fds);
 	if (fuse_set_signal_handlers(se) || pfs_work_start((int)cfg->decode_threads) ||
 	    pfs_cache_committer_start() ||
 	    pfs_fetcher_start(cfg->max_connections, cfg->max_host_connections) || pfs_fs_setup(cfg) || pfs_snap_sweeper_start() ||

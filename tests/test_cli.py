@@ -343,4 +343,5 @@ def test_meson_install_installs_the_systemd_unit(tmp_path):
     unit = (root / "lib/systemd/system/profilefs.service").read_text()
     assert f"ExecStart={prefix}/bin/profilefs -f -c /etc/profilefs.json" in unit
     assert "RestartPreventExitStatus=2" in unit and "EnvironmentFile=-/etc/profilefs.env" in unit
+    assert "LimitNOFILE=65536" in unit
     assert (root / "bin/profilefs").exists() and (root / "share/man/man1/profilefs.1").exists()

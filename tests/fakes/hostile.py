@@ -2,7 +2,9 @@
   /bomb   a gzip bomb (one gzip member of 1 GiB of zeros, about 1 MB)
   /flood  HTTP 200 without Content-Length and bytes until the client hangs up
   /static the bytes in .static[<profile>] (hand-made profiles; cpu: "profile")
+  /trickle HTTP 200 and a gzip header, then one byte every half second, never done
 """
+import time
 import zlib
 from pathlib import Path
 
@@ -31,6 +33,20 @@ class H(Handler):
             return self.reply(200, f.bomb, "application/octet-stream")
         if self.path.startswith("/static/"):
             return self.reply(200, f.static[self.path.split("/")[2].split("?")[0]], "application/octet-stream")
+        if self.path.startswith("/trickle/"):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(1 << 20))
+            self.end_headers()
+            try:
+                self.wfile.write(b"\x1f\x8b")
+                for _ in range(240):
+                    self.wfile.flush()
+                    time.sleep(0.5)
+                    self.wfile.write(b"\x00")
+            except OSError:
+                pass
+            return
         if self.path.startswith("/flood/"):
             self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
