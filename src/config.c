@@ -925,8 +925,10 @@ int pfs_config_load_with(const char *path, char *const *options, size_t n_option
 	cfg->retention = 7 * 86400;
 	cfg->latest_ttl = 60;
 	cfg->retry_after = 5;
-	cfg->max_bytes = 64u << 20;
-	cfg->max_raw_bytes = 256u << 20;
+	/* one hostile target keeps the daemon under about 128 MB (body, then
+	 * its inflated bytes), and a heap profile of tens of MB raw passes */
+	cfg->max_bytes = 32u << 20;
+	cfg->max_raw_bytes = 64u << 20;
 	cfg->max_memory = (size_t)1 << 30;
 	cfg->decode_threads = 2;
 	cfg->max_connections = 0; /* main: half the file descriptors, at most 1024 */

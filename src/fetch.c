@@ -253,8 +253,8 @@ static void record_result(struct pfs_fetch *f, CURLcode cc)
 
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &f->http_status);
 	if (f->too_big)
-		snprintf(f->error, sizeof f->error, "HTTP %ld, body larger than %zu bytes",
-			 f->http_status, f->max_bytes);
+		snprintf(f->error, sizeof f->error, "HTTP %ld, body larger than %zu bytes "
+			 "(max_profile_bytes)", f->http_status, f->max_bytes);
 	else if (f->over_budget)
 		snprintf(f->error, sizeof f->error, "HTTP %ld, memory budget spent (max_memory %zu "
 			 "bytes, all in use by fetches in flight)", f->http_status, pfs_mem_max());

@@ -39,7 +39,8 @@ int pfs_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out, siz
 	do {
 		if (n == cap) {
 			if (cap >= max_out) {
-				snprintf(err, errlen, "profile larger than %zu bytes uncompressed", max_out);
+				snprintf(err, errlen, "profile larger than %zu bytes uncompressed "
+					 "(max_profile_raw_bytes)", max_out);
 				goto fail;
 			}
 			size_t want = cap * 2 > max_out ? max_out : cap * 2;

@@ -36,6 +36,34 @@ def bomb():
     return gzip_bomb(BUILD / "gzip-bomb-1g.gz")
 
 
+@pytest.fixture(scope="session")
+def bomb10():
+    """A 10 MB body that inflates to 10 GiB of zeros (made once)."""
+    from conftest import ROOT
+    (ROOT / "build").mkdir(exist_ok=True)
+    return gzip_bomb(ROOT / "build" / "gzip-bomb-10g.gz", gib=10)
+
+
+def test_gzip_bomb_with_default_limits_keeps_the_daemon_small(mount, bomb10):
+    """With the default limits one hostile target cannot take the daemon
+    past about 128 MB (it took it to 383 MB with max_profile_raw_bytes
+    256 MiB), and the error says which bound cut it."""
+    assert 9 << 20 < len(bomb10) < 12 << 20
+    h = Hostile(bomb=bomb10)
+    try:
+        m = mount(config_for({"bomb": {"targets": [h.url + "/bomb"], "profiles": ["heap"]}}))
+        with pytest.raises(OSError) as e:
+            (m.path / "local/bomb/latest/heap.pb.gz").read_bytes()
+        assert e.value.errno == 5
+        errs = m.error_lines()
+        assert len(errs) == 1 and f"larger than {64 << 20} bytes uncompressed " \
+            "(max_profile_raw_bytes)" in errs[0], errs
+        peak = peak_rss_mb(m.proc.pid)
+        assert peak < (256 if ASAN else 128), peak
+    finally:
+        h.stop()
+
+
 def test_gzip_bomb_is_cut_short_and_stalls_nothing(goapp, mount, bomb):
     app = goapp()
     h = Hostile(bomb=bomb)
