@@ -4,6 +4,7 @@
 #include "mem.h"
 #include "profile.pb-c.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,32 +101,142 @@ void pfs_gunzip_free(uint8_t *out, size_t outlen)
 	pfs_mem_give(outlen);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The ids of a table, sorted (NULL when they are 1..n in order, as Go
+ * writes them: nothing to sort or search); the first that is 0 or
+ * repeated: *bad (0 if none; *zero if it is 0). */
+static uint64_t *sorted_ids(size_t n, uint64_t (*id)(const void *, size_t), const void *tab,
+			    uint64_t *bad, bool *zero)
+{
+	uint64_t *ids;
+	size_t i = 0;
+
+	*bad = 0;
+	*zero = false;
+	while (i < n && id(tab, i) == i + 1)
+		i++;
+	if (i == n)
+		return NULL;
+	ids = malloc(n * sizeof *ids);
+	for (i = 0; i < n; i++)
+		if (!(ids[i] = id(tab, i)))
+			*zero = true;
+	qsort(ids, n, sizeof *ids, cmp_u64);
+	for (i = 1; i < n && !*bad; i++)
+		if (ids[i] == ids[i - 1])
+			*bad = ids[i];
+	return ids;
+}
+
+static bool has_id(const uint64_t *ids, size_t n, uint64_t id)
+{
+	if (!ids)
+		return id >= 1 && id <= n;
+	return bsearch(&id, ids, n, sizeof *ids, cmp_u64) != NULL;
+}
+
+static uint64_t mapping_id(const void *t, size_t i)
+{
+	return ((Perftools__Profiles__Mapping *const *)t)[i]->id;
+}
+
+static uint64_t function_id(const void *t, size_t i)
+{
+	return ((Perftools__Profiles__Function *const *)t)[i]->id;
+}
+
+static uint64_t location_id(const void *t, size_t i)
+{
+	return ((Perftools__Profiles__Location *const *)t)[i]->id;
+}
+
+/* What google/pprof's parser (profile/encode.go postDecode: every string
+ * index in the table) and Profile.CheckValid (ids nonzero and unique,
+ * every sample's locations and every line's function there) require, so
+ * that a profile served always opens in go tool pprof. */
 static int check_profile(const Perftools__Profiles__Profile *p, char *err, size_t errlen)
 {
 	int64_t nstr = (int64_t)p->n_string_table;
+	uint64_t *mids = NULL, *fids = NULL, *lids = NULL, bad;
+	bool zero;
+	int rc = -1;
+#define STR_OK(x) ((x) >= 0 && (x) < nstr)
+#define FAIL(...) do { snprintf(err, errlen, "profile.proto: " __VA_ARGS__); goto out; } while (0)
 
-	if (nstr < 1 || p->string_table[0][0] != '\0') {
-		snprintf(err, errlen, "profile.proto: string_table[0] is not \"\"");
-		return -1;
+	if (nstr < 1 || p->string_table[0][0] != '\0')
+		FAIL("string_table[0] is not \"\"");
+	if (p->n_sample_type < 1)
+		FAIL("no sample_type");
+	for (size_t i = 0; i < p->n_sample_type; i++)
+		if (!STR_OK(p->sample_type[i]->type) || !STR_OK(p->sample_type[i]->unit))
+			FAIL("sample_type[%zu] string index out of range", i);
+	if (p->period_type && (!STR_OK(p->period_type->type) || !STR_OK(p->period_type->unit)))
+		FAIL("period_type string index out of range");
+	if (!STR_OK(p->drop_frames) || !STR_OK(p->keep_frames) || !STR_OK(p->default_sample_type))
+		FAIL("drop_frames, keep_frames or default_sample_type string index out of range");
+	for (size_t i = 0; i < p->n_comment; i++)
+		if (!STR_OK(p->comment[i]))
+			FAIL("comment %zu string index %lld out of range", i, (long long)p->comment[i]);
+	mids = sorted_ids(p->n_mapping, mapping_id, p->mapping, &bad, &zero);
+	if (zero)
+		FAIL("a mapping has the reserved id 0");
+	if (bad)
+		FAIL("multiple mappings with id %llu", (unsigned long long)bad);
+	for (size_t i = 0; i < p->n_mapping; i++)
+		if (!STR_OK(p->mapping[i]->filename) || !STR_OK(p->mapping[i]->build_id))
+			FAIL("mapping %llu string index out of range",
+			     (unsigned long long)p->mapping[i]->id);
+	fids = sorted_ids(p->n_function, function_id, p->function, &bad, &zero);
+	if (zero)
+		FAIL("a function has the reserved id 0");
+	if (bad)
+		FAIL("multiple functions with id %llu", (unsigned long long)bad);
+	for (size_t i = 0; i < p->n_function; i++) {
+		const Perftools__Profiles__Function *f = p->function[i];
+		if (!STR_OK(f->name) || !STR_OK(f->system_name) || !STR_OK(f->filename))
+			FAIL("function %llu string index out of range", (unsigned long long)f->id);
 	}
-	if (p->n_sample_type < 1) {
-		snprintf(err, errlen, "profile.proto: no sample_type");
-		return -1;
+	lids = sorted_ids(p->n_location, location_id, p->location, &bad, &zero);
+	if (zero)
+		FAIL("a location has the reserved id 0");
+	if (bad)
+		FAIL("multiple locations with id %llu", (unsigned long long)bad);
+	for (size_t i = 0; i < p->n_location; i++) {
+		const Perftools__Profiles__Location *l = p->location[i];
+		for (size_t j = 0; j < l->n_line; j++)
+			if (l->line[j]->function_id && /* 0: no function, as pprof reads it */
+			    !has_id(fids, p->n_function, l->line[j]->function_id))
+				FAIL("location %llu has a line naming missing function %llu",
+				     (unsigned long long)l->id, (unsigned long long)l->line[j]->function_id);
 	}
-	for (size_t i = 0; i < p->n_sample_type; i++) {
-		const Perftools__Profiles__ValueType *vt = p->sample_type[i];
-		if (vt->type < 0 || vt->type >= nstr || vt->unit < 0 || vt->unit >= nstr) {
-			snprintf(err, errlen, "profile.proto: sample_type[%zu] string index out of range", i);
-			return -1;
+	for (size_t i = 0; i < p->n_sample; i++) {
+		const Perftools__Profiles__Sample *s = p->sample[i];
+		if (s->n_value != p->n_sample_type)
+			FAIL("sample %zu has %zu values for %zu sample types", i, s->n_value,
+			     p->n_sample_type);
+		for (size_t j = 0; j < s->n_location_id; j++)
+			if (!has_id(lids, p->n_location, s->location_id[j]))
+				FAIL("sample %zu names missing location %llu", i,
+				     (unsigned long long)s->location_id[j]);
+		for (size_t j = 0; j < s->n_label; j++) {
+			const Perftools__Profiles__Label *lb = s->label[j];
+			if (!STR_OK(lb->key) || !STR_OK(lb->str) || !STR_OK(lb->num_unit))
+				FAIL("sample %zu label string index out of range", i);
 		}
 	}
-	for (size_t i = 0; i < p->n_sample; i++)
-		if (p->sample[i]->n_value != p->n_sample_type) {
-			snprintf(err, errlen, "profile.proto: sample %zu has %zu values for %zu sample types",
-				 i, p->sample[i]->n_value, p->n_sample_type);
-			return -1;
-		}
-	return 0;
+	rc = 0;
+out:
+#undef FAIL
+#undef STR_OK
+	free(mids);
+	free(fids);
+	free(lids);
+	return rc;
 }
 
 Perftools__Profiles__Profile *pfs_pprof_decode_raw(const uint8_t *raw, size_t len, char *err,

@@ -179,3 +179,66 @@ def test_merge_of_huge_values_and_unordered_ids(mount, tmp_path):
         assert m.error_lines() == []
     finally:
         h.stop()
+
+
+def crafted(mutation):
+    """A small valid heap-like profile, then one thing go tool pprof rejects."""
+    from fakes.wire import field_bytes, field_varint, varint
+    import gzip
+    strings = ["", "inuse_space", "bytes", "main.f", "main.go", "app"]
+    out = bytearray(field_bytes(1, field_varint(1, 1) + field_varint(2, 2)))
+    loc = 99 if mutation == "sample names a missing location" else 1
+    out += field_bytes(2, field_bytes(1, varint(loc)) + field_bytes(2, varint(5)))
+    out += field_bytes(3, field_varint(1, 1) + field_varint(5, 5) + field_varint(7, 1))
+    if mutation == "two mappings with one id":
+        out += field_bytes(3, field_varint(1, 1) + field_varint(5, 5))
+    fn = 77 if mutation == "line names a missing function" else 1
+    out += field_bytes(4, field_varint(1, 1) + field_varint(2, 1) +
+                       field_bytes(4, field_varint(1, fn) + field_varint(2, 3)))
+    name = 10**9 if mutation == "function name out of the string table" else 3
+    out += field_bytes(5, field_varint(1, 1) + field_varint(2, name) + field_varint(4, 4))
+    for x in strings:
+        out += field_bytes(6, x.encode())
+    return gzip.compress(bytes(out))
+
+
+HOSTILE_PROFILES = {
+    "sample names a missing location": "sample 0 names missing location 99",
+    "line names a missing function": "location 1 has a line naming missing function 77",
+    "function name out of the string table": "function 1 string index out of range",
+    "two mappings with one id": "multiple mappings with id 1",
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(HOSTILE_PROFILES))
+def test_profiles_go_tool_pprof_rejects_are_eio(mount, tmp_path, mutation):
+    """Each would be served as valid before (only string_table[0], sample
+    type indices and value counts were checked); go tool pprof rejects it
+    ("sample has nil location", "unrecognized profile format", "multiple
+    mappings with same id"). Now: EIO, one line saying which reference."""
+    import subprocess
+    from conftest import go_env
+    bad = tmp_path / "bad.pb.gz"
+    bad.write_bytes(crafted(mutation))
+    r = subprocess.run(["go", "tool", "pprof", "-raw", str(bad)], capture_output=True,
+                       env=go_env(), timeout=60)
+    assert r.returncode != 0, "the premise: go tool pprof rejects it"
+    good = tmp_path / "good.pb.gz"
+    good.write_bytes(crafted(None))
+    r = subprocess.run(["go", "tool", "pprof", "-raw", str(good)], capture_output=True,
+                       env=go_env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    h = Hostile()
+    h.static["heap"] = crafted(mutation)
+    h.static["goroutine"] = crafted(None)
+    try:
+        m = mount(config_for({"x": {"targets": [h.url + "/static"],
+                                    "profiles": ["heap", "goroutine"]}}, retry_after=60))
+        with pytest.raises(OSError) as e:
+            (m.path / "local/x/latest/heap.pb.gz").read_bytes()
+        assert e.value.errno == 5
+        errs = m.error_lines()
+        assert len(errs) == 1 and HOSTILE_PROFILES[mutation] in errs[0], errs
+        assert (m.path / "local/x/latest/goroutine.pb.gz").read_bytes()[:2] == b"\x1f\x8b"
+    finally:
+        h.stop()
