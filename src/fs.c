@@ -359,6 +359,10 @@ static fuse_ino_t node_ref(const char *path)
 		 * its result's version once built (node_version): room for it */
 		const char *pin = strchr(path, PIN);
 		size_t room = pin && pin[1] == 'n' ? 18 : 0;
+		/* a latest/ node looked up before its round was known
+		 * ("\1latest=/<file>") takes the round's name (resolve_latest) */
+		if (pin && strncmp(pin, LATEST_AT "/", strlen(LATEST_AT) + 1) == 0)
+			room = PFS_ROUND_NAME_MAX;
 		nd = calloc(1, sizeof *nd + strlen(path) + 1 + room);
 		nd->ino = g_next_ino++;
 		memcpy(nd->path, path, strlen(path) + 1);
@@ -491,6 +495,48 @@ static void node_rename_built(struct inode *nd, uint64_t v)
 	g_by_path[hash_str(nd->path) % g_buckets] = nd;
 }
 
+/* A latest/ node looked up before its round was known (a listed kind's
+ * first listing still running) reads the round latest is at its first
+ * use: it takes that round's name, as one looked up later would have. */
+static int resolve_latest(struct loc *l, int flags)
+{
+	char round[PFS_ROUND_NAME_MAX];
+	off_t size;
+	time_t t;
+	int rc;
+
+	if (l->round[0])
+		return 0;
+	if ((rc = pfs_snap_latest(l->service, l->file, flags, round, &size, &t)))
+		return rc;
+	pthread_mutex_lock(&g_nodes_lock);
+	struct inode *nd = node_by_ino(l->ino);
+	char *at = nd ? strstr(nd->path, LATEST_AT "/") : NULL;
+	if (at) { /* first use: rename it (room made by node_ref) */
+		char name[1024];
+		struct inode **pp;
+		snprintf(name, sizeof name, "%.*s%s%s%s", (int)(at - nd->path), nd->path, LATEST_AT,
+			 round, at + strlen(LATEST_AT));
+		for (pp = &g_by_path[hash_str(nd->path) % g_buckets]; *pp != nd; pp = &(*pp)->next_path)
+			;
+		*pp = nd->next_path;
+		strcpy(nd->path, name);
+		nd->next_path = g_by_path[hash_str(nd->path) % g_buckets];
+		g_by_path[hash_str(nd->path) % g_buckets] = nd;
+		at = NULL;
+	}
+	/* the round it reads: its name's (another use may have renamed it) */
+	char *named = nd ? strstr(nd->path, LATEST_AT) : NULL;
+	if (named)
+		snprintf(l->round, sizeof l->round, "%.*s", (int)strcspn(named + strlen(LATEST_AT), "/"),
+			 named + strlen(LATEST_AT));
+	pthread_mutex_unlock(&g_nodes_lock);
+	if (!named || !l->round[0])
+		return -ESTALE;
+	l->slot = pfs_snap_file_index(l->service, l->file);
+	return 0;
+}
+
 /* The merge result a node looked up unbuilt reads: the first one offered. */
 static uint64_t node_version(fuse_ino_t ino, uint64_t offer)
 {
@@ -588,7 +634,7 @@ static void fill_file(struct stat *st, off_t size, time_t mtime)
  * also while a merged/ file would have to be built). */
 static int attr_of(struct loc *l, int flags, bool lookup, struct stat *st, double *timeout)
 {
-	char round[PFS_ROUND_NAME_MAX];
+	char round[PFS_ROUND_NAME_MAX] = ""; /* filled unless no round is known yet */
 	off_t size = 0;
 	time_t t = g_mount_time;
 	int rc = 0;
@@ -632,7 +678,8 @@ static int attr_of(struct loc *l, int flags, bool lookup, struct stat *st, doubl
 	}
 	case N_LATEST_FILE:
 		if (l->pinned) {
-			rc = pfs_snap_slot(l->service, l->round, l->slot, flags, &size, &t, NULL);
+			if (!(rc = resolve_latest(l, flags)))
+				rc = pfs_snap_slot(l->service, l->round, l->slot, flags, &size, &t, NULL);
 			break; /* its content is fixed */
 		}
 		/* at lookup: which round latest is (fs_lookup pins the node to it) */
@@ -1006,7 +1053,8 @@ static int open_file(struct loc *l, int flags, struct fuse_file_info *fi, struct
 		/* nodes of latest/ files are pinned to a round (fs_lookup) */
 		if (!l->pinned)
 			rc = -ENOENT;
-		else if (!(rc = pfs_snap_slot(l->service, l->round, l->slot, flags, &size, &t, &fd)))
+		else if (!(rc = resolve_latest(l, flags)) &&
+			 !(rc = pfs_snap_slot(l->service, l->round, l->slot, flags, &size, &t, &fd)))
 			fi->keep_cache = 1; /* one round's: cached pages stay valid */
 		break;
 	case N_ROUND_FILE:

@@ -485,3 +485,19 @@ def test_workstation_merges_by_the_same_rules(goapp, mount, swift, tmp_path):
         assert abs(live - 8 * (1 << 20)) <= 0.15 * 8 * (1 << 20), (name, live)
     assert out["ws", "allocs"].samples == out["col", "allocs"].samples
     assert ws.error_lines() == []
+
+
+def test_first_command_on_a_fresh_workstation_is_latest(goapp, mount, swift, tmp_path):
+    """`cat <cluster>/<service>/latest/heap.pb.gz` as the very first command
+    on a fresh workstation mount waits for the first listing (as <time>/
+    does), on three fresh mounts in a row."""
+    col = collect(goapp, mount, swift)
+    rnd = round_dirs(col.path / "local/app")[-1]
+    want = (col.path / "local/app" / rnd / "heap.pb.gz").read_bytes()
+    for k in range(3):
+        ws = mount({"clusters": {"local": s3_cluster(swift)}}, name=f"ws{k}")
+        r = subprocess.run(["cat", str(ws.path / "local/app/latest/heap.pb.gz")],
+                           capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == want
+        ws.stop()
