@@ -303,8 +303,15 @@ int pfs_gzip(const uint8_t *in, size_t len, uint8_t **out, size_t *outlen, char 
 	z_stream z = {0};
 	uLong cap;
 	uint8_t *buf;
+	int wbits = 9;
 
-	if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8,
+	/* a window no larger than the input (and tables to match): the same
+	 * compression, but a small profile no longer costs 256 KiB of state
+	 * (page faults each time, as malloc gives it back) */
+	while (wbits < MAX_WBITS && ((size_t)1 << wbits) < len)
+		wbits++;
+	/* the speed Go's runtime/pprof writes its profiles at */
+	if (deflateInit2(&z, Z_BEST_SPEED, Z_DEFLATED, 16 + wbits, wbits > 14 ? 8 : wbits - 6,
 			 Z_DEFAULT_STRATEGY) != Z_OK) {
 		snprintf(err, errlen, "zlib init failed");
 		return -1;
