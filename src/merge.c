@@ -509,14 +509,10 @@ static uint64_t map_location(struct src_map *m, size_t i, bool leaf)
 
 	if (*id)
 		return *id;
-	if (l->mapping_id) {
+	if (l->mapping_id) { /* one that is not there: none, as pprof reads it */
 		size_t mi = index_of(&m->mx, l->mapping_id);
-		if (!mi) {
-			snprintf(m->err, m->errlen, "location %llu names missing mapping %llu",
-				 (unsigned long long)l->id, (unsigned long long)l->mapping_id);
-			return 0;
-		}
-		mapping = map_mapping(m, mi - 1);
+		if (mi)
+			mapping = map_mapping(m, mi - 1);
 	}
 	if (l->n_line > m->cap_lines) {
 		m->cap_lines = l->n_line * 2;
@@ -903,35 +899,34 @@ static int cmp_in(const void *a, const void *b)
 	return x->t < y->t ? -1 : x->t > y->t;
 }
 
-/* The comment lines of a merge: what went in, and each rule. */
-static void add_comments(struct pfs_pb *b, const char *what, size_t n_snaps, size_t n_series,
-			 int64_t first, int64_t last, const enum pfs_merge_rule *rule,
-			 bool n_windows, size_t restarts, char *const *begins, size_t n_begins)
+/* The comment lines of a merge (what went in, and each rule), at most
+ * 4 + n_begins, into lines[] (each malloc'd); returns how many. p: the
+ * result's types. */
+static size_t comment_lines(const Profile *p, const char *what, size_t n_snaps, size_t n_series,
+			    int64_t first, int64_t last, const enum pfs_merge_rule *rule,
+			    bool windows, size_t restarts, char *const *begins, size_t n_begins,
+			    char **lines)
 {
-	Profile *p = b->p;
-	size_t nt = p->n_sample_type;
+	size_t nt = p->n_sample_type, n = 0;
 	char line[1024], t0[32], t1[32];
-	size_t cap = 2 + 3 + n_begins;
 
-	p->comment = calloc(cap, sizeof *p->comment);
 	fmt_time(first, t0);
 	fmt_time(last, t1);
 	snprintf(line, sizeof line, "%s: %zu %s%s of %zu %s%s, %s to %s", what, n_snaps,
-		 n_windows ? "window" : "snapshot", n_snaps == 1 ? "" : "s", n_series,
-		 n_windows ? "profile type" : "target", n_series == 1 ? "" : "s", t0, t1);
-	p->comment[p->n_comment++] = pfs_pb_str(b, line);
+		 windows ? "window" : "snapshot", n_snaps == 1 ? "" : "s", n_series,
+		 windows ? "profile type" : "target", n_series == 1 ? "" : "s", t0, t1);
+	lines[n++] = strdup(line);
 	for (int r = 0; r < 3; r++) {
 		size_t o = 0;
 		for (size_t i = 0; i < nt; i++)
 			if (rule[i] == (enum pfs_merge_rule)r)
 				o += (size_t)snprintf(line + o, o < sizeof line ? sizeof line - o : 0,
-						      "%s%s", o ? ", " : "",
-						      p->string_table[p->sample_type[i]->type]);
+						      "%s%s", o ? ", " : "", str_at(p, p->sample_type[i]->type));
 		if (o == 0 || o >= sizeof line - 300)
 			continue;
 		if (r == PFS_RULE_SUM)
 			snprintf(line + o, sizeof line - o, ": %s, summed",
-				 n_windows ? "work in each window" : "work in each snapshot's window");
+				 windows ? "work in each window" : "work in each snapshot's window");
 		else if (r == PFS_RULE_CUMULATIVE)
 			snprintf(line + o, sizeof line - o,
 				 ": totals since each process started, so per target the differences "
@@ -940,11 +935,355 @@ static void add_comments(struct pfs_pb *b, const char *what, size_t n_snaps, siz
 		else
 			snprintf(line + o, sizeof line - o,
 				 ": values at an instant, so per target the mean of its %s, targets "
-				 "summed", n_windows ? "windows" : "snapshots");
-		p->comment[p->n_comment++] = pfs_pb_str(b, line);
+				 "summed", windows ? "windows" : "snapshots");
+		lines[n++] = strdup(line);
 	}
 	for (size_t i = 0; i < n_begins; i++)
-		p->comment[p->n_comment++] = pfs_pb_str(b, begins[i]);
+		lines[n++] = strdup(begins[i]);
+	return n;
+}
+
+/* A merge over time under way. */
+struct range_merge {
+	const struct pfs_merge_in *const *order; /* by series, then time */
+	size_t n, max_raw;
+	Profile *p0; /* the first snapshot in range: types, and decoded once */
+	size_t i0;   /* its index in order */
+	enum pfs_merge_rule rule[64];
+	size_t nv;
+	bool any_cum, windows;
+	/* what the comments say */
+	size_t restarts, n_snaps, n_series, n_begins;
+	char **begins;
+	int64_t first, last, period;
+	char why[256];
+};
+
+/* Into s, what the series order[i..end) adds: sums, differences, means. */
+static int merge_series(struct range_merge *rm, size_t i, size_t end, struct pfs_pb *s,
+			char *err, size_t errlen)
+{
+	const struct pfs_merge_opts plain = {0};
+	struct stab prev = {0}, cur = {0};
+	size_t n_in = 0, nv = rm->nv;
+	bool has_prev = false;
+	int rc = -1;
+
+	for (size_t k = i; k < end; k++) {
+		const struct pfs_merge_in *x = rm->order[k];
+		if (x->base && !rm->any_cum)
+			continue; /* only differences start before the range */
+		Profile *p = k == rm->i0 ? rm->p0
+					 : pfs_pprof_decode_gz(x->gz, x->len, rm->max_raw, rm->why,
+							       sizeof rm->why);
+		if (!p) {
+			snprintf(err, errlen, "%s: %s", x->name, rm->why);
+			goto out;
+		}
+		if (p != rm->p0 && compatible(rm->p0, p, 0, rm->why, sizeof rm->why)) {
+			snprintf(err, errlen, "%s: %s", x->name, rm->why);
+			pfs_pprof_free(p);
+			goto out;
+		}
+		cur = (struct stab){.sink = {stab_put}, .nv = nv};
+		int arc = add_profile(s, p, &plain, &cur.sink, rm->why, sizeof rm->why);
+		int64_t at = p->time_nanos ? p->time_nanos : (int64_t)x->t * 1000000000;
+		int64_t end_at = at + (p->duration_nanos > 0 ? p->duration_nanos : 0);
+		if (p->period > rm->period)
+			rm->period = p->period;
+		if (p != rm->p0)
+			pfs_pprof_free(p);
+		if (arc) {
+			snprintf(err, errlen, "%s: %s", x->name, rm->why);
+			goto out;
+		}
+		if (at < rm->first)
+			rm->first = at;
+		if (!x->base) {
+			n_in++;
+			rm->n_snaps++;
+			if (end_at > rm->last)
+				rm->last = end_at;
+			if (!has_prev && rm->any_cum) {
+				char t0[32], line[512];
+				fmt_time(at, t0);
+				snprintf(line, sizeof line, "%s: differences begin at its first snapshot, "
+					 "%s (none before it)", x->name, t0);
+				rm->begins = realloc(rm->begins, (rm->n_begins + 1) * sizeof *rm->begins);
+				rm->begins[rm->n_begins++] = strdup(line);
+			}
+			series_step(s, &prev, &cur, rm->rule, has_prev, &rm->restarts);
+		}
+		stab_free(&prev);
+		prev = cur;
+		cur = (struct stab){0};
+		has_prev = true;
+	}
+	if (n_in) {
+		rm->n_series++;
+		for (size_t j = 0; j < s->p->n_sample; j++)
+			for (size_t c = 0; c < nv; c++)
+				if (rm->rule[c] == PFS_RULE_GAUGE)
+					s->p->sample[j]->value[c] =
+						div_round(s->p->sample[j]->value[c], (int64_t)n_in);
+	}
+	rc = 0;
+out:
+	stab_free(&prev);
+	stab_free(&cur);
+	return rc;
+}
+
+/* ---- one snapshot, on its bytes: no decode, no encode ---- */
+
+struct wire {
+	const uint8_t *p, *end;
+};
+
+static bool wire_varint(struct wire *w, uint64_t *v)
+{
+	*v = 0;
+	for (int shift = 0; shift < 64 && w->p < w->end; shift += 7) {
+		uint8_t b = *w->p++;
+		*v |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80))
+			return true;
+	}
+	return false;
+}
+
+/* The next field: its number, wire type, and value (varint) or bytes. */
+static bool wire_field(struct wire *w, uint32_t *num, int *type, uint64_t *v, struct wire *bytes)
+{
+	uint64_t key, len;
+
+	if (!wire_varint(w, &key) || key >> 3 == 0 || key >> 3 > UINT32_MAX)
+		return false;
+	*num = (uint32_t)(key >> 3);
+	*type = (int)(key & 7);
+	switch (*type) {
+	case 0:
+		return wire_varint(w, v);
+	case 1:
+	case 5:
+		if ((size_t)(w->end - w->p) < (*type == 1 ? 8u : 4u))
+			return false;
+		w->p += *type == 1 ? 8 : 4;
+		return true;
+	case 2:
+		if (!wire_varint(w, &len) || len > (uint64_t)(w->end - w->p))
+			return false;
+		bytes->p = w->p;
+		bytes->end = w->p + len;
+		w->p += len;
+		return true;
+	default:
+		return false;
+	}
+}
+
+static void out_varint(struct kbuf *o, uint64_t v)
+{
+	uint8_t b[10];
+	size_t n = 0;
+
+	do {
+		b[n++] = (uint8_t)(v & 0x7f) | (v > 0x7f ? 0x80 : 0);
+		v >>= 7;
+	} while (v);
+	kb_put(o, b, n);
+}
+
+static void out_bytes(struct kbuf *o, uint32_t num, const void *p, size_t len)
+{
+	out_varint(o, (uint64_t)num << 3 | 2);
+	out_varint(o, len);
+	kb_put(o, p, len);
+}
+
+/* A sample with its cumulative values zeroed; false
+ * if it does not parse. *all_zero: nothing left in it. */
+static bool raw_sample(struct wire smp, const enum pfs_merge_rule *rule, size_t nv, struct kbuf *o,
+		       bool *all_zero)
+{
+	struct kbuf body = {0}, vals = {0};
+	size_t col = 0;
+	uint32_t num;
+	int type;
+	uint64_t v;
+	struct wire b;
+	bool ok = true;
+
+	*all_zero = true;
+	while (ok && smp.p < smp.end) {
+		const uint8_t *start = smp.p;
+		if (!(ok = wire_field(&smp, &num, &type, &v, &b)))
+			break;
+		if (num != 2) { /* locations, labels: as they are */
+			kb_put(&body, start, (size_t)(smp.p - start));
+			continue;
+		}
+		if (type != 0 && type != 2) {
+			ok = false;
+			break;
+		}
+		struct wire pk = type == 2 ? b : (struct wire){0};
+		for (bool more = true; more && ok;) {
+			if (type == 2) {
+				if (pk.p == pk.end)
+					break;
+				ok = wire_varint(&pk, &v);
+			} else {
+				more = false;
+			}
+			if (ok && col < nv && rule[col] == PFS_RULE_CUMULATIVE)
+				v = 0;
+			*all_zero = *all_zero && v == 0;
+			out_varint(&vals, v);
+			col++;
+		}
+	}
+	if (ok && col == nv) {
+		out_bytes(&body, 2, vals.p, vals.n);
+		out_bytes(o, 2, body.p, body.n);
+	}
+	free(body.p);
+	free(vals.p);
+	return ok && col == nv;
+}
+
+/* The merge of one snapshot in range (a fresh mount: the common case),
+ * on its bytes, with no decoder and no builder: its fields copied as they
+ * are, but for its samples' cumulative values (zeroed: only a snapshot
+ * before it could tell what happened; a sample left all-zero dropped, as
+ * a builder drops it), its time, duration and comments. The same profile
+ * as a builder would give, but for locations and functions no sample uses
+ * any more. 1 if the bytes do not parse as that, or if a cumulative type
+ * has a base (has_base) to take differences from: the caller merges. */
+static int merge_one_raw(const struct pfs_merge_in *x, bool has_base, size_t max_raw,
+			 const struct pfs_merge_rules *rules, const char *what, uint8_t **gz,
+			 size_t *gzlen, char *err, size_t errlen)
+{
+	uint8_t *raw;
+	size_t rawlen, nstr = 0, nv = 0;
+	struct wire w, b, strs[64];
+	int64_t types[64], t_nanos = 0, d_nanos = 0;
+	enum pfs_merge_rule rule[64];
+	struct kbuf o = {0};
+	uint32_t num;
+	int type, rc = 1;
+	uint64_t v;
+	bool any_cum = false;
+
+	if (pfs_gunzip(x->gz, x->len, max_raw, &raw, &rawlen, err, errlen))
+		return 1;
+	/* first the sample types and the strings that name them */
+	w = (struct wire){raw, raw + rawlen};
+	while (w.p < w.end) {
+		if (!wire_field(&w, &num, &type, &v, &b))
+			goto out;
+		if (num == 1 && type == 2) {
+			if (nv == 64)
+				goto out;
+			struct wire vt = b;
+			types[nv] = 0;
+			while (vt.p < vt.end) {
+				uint32_t n2;
+				int t2;
+				uint64_t v2;
+				struct wire b2;
+				if (!wire_field(&vt, &n2, &t2, &v2, &b2))
+					goto out;
+				if (n2 == 1 && t2 == 0)
+					types[nv] = (int64_t)v2;
+			}
+			nv++;
+		} else if (num == 6 && type == 2) {
+			if (nstr < 64)
+				strs[nstr] = b;
+			nstr++;
+		} else if (num == 9 && type == 0) {
+			t_nanos = (int64_t)v;
+		} else if (num == 10 && type == 0) {
+			d_nanos = (int64_t)v;
+		}
+	}
+	if (nv == 0)
+		goto out;
+	for (size_t i = 0; i < nv; i++) {
+		char name[128] = "";
+		if (types[i] < 0 || types[i] >= (int64_t)nstr || types[i] >= 64)
+			goto out; /* a name past the first 64 strings: decode instead */
+		struct wire sw = strs[types[i]];
+		snprintf(name, sizeof name, "%.*s", (int)(sw.end - sw.p), (const char *)sw.p);
+		rule[i] = rules->rule	  ? rules->rule(rules->arg, name, "")
+			  : rules->windows ? pfs_merge_rule_window(name, "")
+					   : pfs_merge_rule_go(name, "");
+		if (rules->windows && rule[i] == PFS_RULE_CUMULATIVE)
+			rule[i] = PFS_RULE_SUM;
+		any_cum = any_cum || rule[i] == PFS_RULE_CUMULATIVE;
+	}
+	if (any_cum && has_base)
+		goto out;
+	/* then the copy */
+	w = (struct wire){raw, raw + rawlen};
+	while (w.p < w.end) {
+		const uint8_t *start = w.p;
+		bool zero;
+		if (!wire_field(&w, &num, &type, &v, &b))
+			goto out;
+		if (num == 2 && type == 2) {
+			size_t before = o.n;
+			if (!raw_sample(b, rule, nv, &o, &zero))
+				goto out;
+			if (zero)
+				o.n = before; /* as a builder drops it */
+		} else if (num != 9 && num != 10 && num != 13) {
+			kb_put(&o, start, (size_t)(w.p - start));
+		}
+	}
+	/* what it holds: its time, its span, the comments */
+	int64_t at = t_nanos ? t_nanos : (int64_t)x->t * 1000000000;
+	int64_t end_at = at + (d_nanos > 0 ? d_nanos : 0);
+	char *lines[5], begin[512], t0[32], *beginp = begin;
+	Profile names = PERFTOOLS__PROFILES__PROFILE__INIT;
+	Perftools__Profiles__ValueType vts[64], *vtp[64];
+	char *tstr[64];
+	for (size_t i = 0; i < nv; i++) { /* comment_lines reads the type names */
+		perftools__profiles__value_type__init(&vts[i]);
+		vts[i].type = (int64_t)i;
+		vtp[i] = &vts[i];
+		tstr[i] = strndup((const char *)strs[types[i]].p,
+				  (size_t)(strs[types[i]].end - strs[types[i]].p));
+	}
+	names.sample_type = vtp;
+	names.n_sample_type = nv;
+	names.string_table = tstr;
+	names.n_string_table = nv;
+	fmt_time(at, t0);
+	snprintf(begin, sizeof begin, "%s: differences begin at its first snapshot, %s (none "
+		 "before it)", x->name, t0);
+	size_t nl = comment_lines(&names, what, 1, 1, at, end_at, rule, rules->windows, 0, &beginp,
+				  any_cum ? 1 : 0, lines);
+	struct kbuf cm = {0};
+	for (size_t i = 0; i < nl; i++) {
+		out_bytes(&o, 6, lines[i], strlen(lines[i]));
+		out_varint(&cm, nstr + i);
+		free(lines[i]);
+	}
+	for (size_t i = 0; i < nv; i++)
+		free(tstr[i]);
+	out_bytes(&o, 13, cm.p, cm.n);
+	free(cm.p);
+	out_varint(&o, 9 << 3);
+	out_varint(&o, (uint64_t)at);
+	out_varint(&o, 10 << 3);
+	out_varint(&o, (uint64_t)(end_at - at));
+	rc = pfs_gzip(o.p, o.n, gz, gzlen, err, errlen) ? -1 : 0;
+out:
+	pfs_gunzip_free(raw, rawlen);
+	free(o.p);
+	return rc;
 }
 
 int pfs_pprof_merge_range(const struct pfs_merge_in *in, size_t n, size_t max_raw,
@@ -953,131 +1292,79 @@ int pfs_pprof_merge_range(const struct pfs_merge_in *in, size_t n, size_t max_ra
 {
 	const struct pfs_merge_in **order = calloc(n ? n : 1, sizeof *order);
 	const struct pfs_merge_opts plain = {0};
-	Profile *p0 = NULL;
+	struct range_merge rm = {.order = order, .n = n, .max_raw = max_raw,
+				 .windows = rules->windows, .first = INT64_MAX, .last = INT64_MIN};
 	struct pfs_pb *g = NULL;
-	enum pfs_merge_rule rule[64];
-	struct stab prev = {0}, cur = {0};
-	char **begins = NULL, why[256];
-	size_t n_begins = 0, restarts = 0, n_snaps = 0, n_series = 0, nv = 0;
-	bool any_cum = false;
-	int64_t first = INT64_MAX, last = INT64_MIN, period = 0;
 	int rc = -1;
 
 	for (size_t i = 0; i < n; i++)
 		order[i] = &in[i];
 	qsort(order, n, sizeof *order, cmp_in);
-	for (size_t i = 0; i < n && !p0; i++)
-		if (!order[i]->base && !(p0 = pfs_pprof_decode_gz(order[i]->gz, order[i]->len, max_raw,
-								   why, sizeof why))) {
-			snprintf(err, errlen, "%s: %s", order[i]->name, why);
-			goto out;
-		}
-	if (!p0) {
+	for (rm.i0 = 0; rm.i0 < n && order[rm.i0]->base; rm.i0++)
+		;
+	if (rm.i0 == n) {
 		snprintf(err, errlen, "nothing to merge");
 		goto out;
 	}
-	g = builder_like(p0);
-	nv = g->p->n_sample_type;
-	for (size_t i = 0; i < nv; i++) {
-		const char *t = g->p->string_table[g->p->sample_type[i]->type],
-			   *u = g->p->string_table[g->p->sample_type[i]->unit];
-		rule[i] = rules->rule	  ? rules->rule(rules->arg, t, u)
-			  : rules->windows ? pfs_merge_rule_window(t, u)
-					   : pfs_merge_rule_go(t, u);
-		if (rules->windows && rule[i] == PFS_RULE_CUMULATIVE)
-			rule[i] = PFS_RULE_SUM; /* a window holds what happened in it */
-		any_cum = any_cum || rule[i] == PFS_RULE_CUMULATIVE;
+	/* one snapshot in range: on its bytes */
+	if (rm.i0 == n - 1 && (rc = merge_one_raw(order[rm.i0], n > 1, max_raw, rules, what, gz,
+						  gzlen, err, errlen)) <= 0)
+		goto out;
+	rc = -1;
+	if (!(rm.p0 = pfs_pprof_decode_gz(order[rm.i0]->gz, order[rm.i0]->len, max_raw, rm.why,
+					  sizeof rm.why))) {
+		snprintf(err, errlen, "%s: %s", order[rm.i0]->name, rm.why);
+		goto out;
 	}
-	for (size_t i = 0; i < n;) {
-		size_t end = i, n_in = 0;
-		struct pfs_pb *s = builder_like(p0);
-		bool has_prev = false;
-
-		while (end < n && order[end]->series == order[i]->series)
-			end++;
-		for (size_t k = i; k < end; k++) {
-			const struct pfs_merge_in *x = order[k];
-			if (x->base && !any_cum)
-				continue; /* only differences start before the range */
-			Profile *p = pfs_pprof_decode_gz(x->gz, x->len, max_raw, why, sizeof why);
-			if (!p) {
-				snprintf(err, errlen, "%s: %s", x->name, why);
-				pfs_pb_free(s);
-				goto out;
-			}
-			if (compatible(p0, p, 0, err, errlen)) {
-				snprintf(why, sizeof why, "%s", err);
-				snprintf(err, errlen, "%s: %s", x->name, why);
-				pfs_pprof_free(p);
-				pfs_pb_free(s);
-				goto out;
-			}
-			cur = (struct stab){.sink = {stab_put}, .nv = nv};
-			rc = add_profile(s, p, &plain, &cur.sink, why, sizeof why);
-			int64_t at = p->time_nanos ? p->time_nanos : (int64_t)x->t * 1000000000;
-			int64_t end_at = at + (p->duration_nanos > 0 ? p->duration_nanos : 0);
-			if (p->period > period)
-				period = p->period;
-			pfs_pprof_free(p);
-			if (rc) {
-				snprintf(err, errlen, "%s: %s", x->name, why);
-				stab_free(&cur);
-				pfs_pb_free(s);
-				goto out;
-			}
-			rc = -1;
-			if (at < first)
-				first = at;
-			if (!x->base) {
-				n_in++;
-				n_snaps++;
-				if (end_at > last)
-					last = end_at;
-				if (!has_prev && any_cum) {
-					char t0[32], line[512];
-					fmt_time(at, t0);
-					snprintf(line, sizeof line, "%s: differences begin at its first "
-						 "snapshot, %s (none before it)", x->name, t0);
-					begins = realloc(begins, (n_begins + 1) * sizeof *begins);
-					begins[n_begins++] = strdup(line);
-				}
-				series_step(s, &prev, &cur, rule, has_prev, &restarts);
-			}
-			stab_free(&prev);
-			prev = cur;
-			cur = (struct stab){0};
-			has_prev = true;
-		}
-		stab_free(&prev);
-		if (n_in) {
-			n_series++;
-			for (size_t j = 0; j < s->p->n_sample; j++)
-				for (size_t c = 0; c < nv; c++)
-					if (rule[c] == PFS_RULE_GAUGE)
-						s->p->sample[j]->value[c] =
-							div_round(s->p->sample[j]->value[c], (int64_t)n_in);
-			if (add_profile(g, s->p, &plain, NULL, why, sizeof why)) {
-				snprintf(err, errlen, "%s", why);
-				pfs_pb_free(s);
-				goto out;
-			}
-		}
-		pfs_pb_free(s);
-		i = end;
+	rm.nv = rm.p0->n_sample_type < 64 ? rm.p0->n_sample_type : 64;
+	for (size_t i = 0; i < rm.nv; i++) {
+		const char *t = str_at(rm.p0, rm.p0->sample_type[i]->type),
+			   *u = str_at(rm.p0, rm.p0->sample_type[i]->unit);
+		rm.rule[i] = rules->rule    ? rules->rule(rules->arg, t, u)
+			     : rules->windows ? pfs_merge_rule_window(t, u)
+					      : pfs_merge_rule_go(t, u);
+		if (rules->windows && rm.rule[i] == PFS_RULE_CUMULATIVE)
+			rm.rule[i] = PFS_RULE_SUM; /* a window holds what happened in it */
+		rm.any_cum = rm.any_cum || rm.rule[i] == PFS_RULE_CUMULATIVE;
 	}
-	if (last < first)
-		last = first;
-	pfs_pb_set_meta(g, first, last - first, period);
-	add_comments(g, what, n_snaps, n_series, first, last, rule, rules->windows, restarts,
-		     begins, n_begins);
+	g = builder_like(rm.p0);
+	/* one series (one target): built in g itself; more: each in a builder
+	 * of its own (differences and means are per series), then added up */
+	bool one = order[0]->series == order[n - 1]->series;
+	for (size_t i = 0, end; i < n; i = end) {
+		for (end = i; end < n && order[end]->series == order[i]->series; end++)
+			;
+		struct pfs_pb *s = one ? g : builder_like(rm.p0);
+		int src = merge_series(&rm, i, end, s, err, errlen);
+		if (!src && !one && add_profile(g, s->p, &plain, NULL, rm.why, sizeof rm.why)) {
+			snprintf(err, errlen, "%s", rm.why);
+			src = -1;
+		}
+		if (!one)
+			pfs_pb_free(s);
+		if (src)
+			goto out;
+	}
+	if (rm.last < rm.first)
+		rm.last = rm.first;
+	pfs_pb_set_meta(g, rm.first, rm.last - rm.first, rm.period);
+	char **lines = calloc(4 + rm.n_begins, sizeof *lines);
+	size_t nl = comment_lines(g->p, what, rm.n_snaps, rm.n_series, rm.first, rm.last, rm.rule,
+				  rules->windows, rm.restarts, rm.begins, rm.n_begins, lines);
+	g->p->comment = calloc(nl, sizeof *g->p->comment);
+	for (size_t i = 0; i < nl; i++) {
+		g->p->comment[g->p->n_comment++] = pfs_pb_str(g, lines[i]);
+		free(lines[i]);
+	}
+	free(lines);
 	rc = pfs_pb_finish(g, gz, gzlen, err, errlen);
 	g = NULL;
 out:
 	pfs_pb_free(g);
-	pfs_pprof_free(p0);
-	for (size_t i = 0; i < n_begins; i++)
-		free(begins[i]);
-	free(begins);
+	pfs_pprof_free(rm.p0);
+	for (size_t i = 0; i < rm.n_begins; i++)
+		free(rm.begins[i]);
+	free(rm.begins);
 	free(order);
 	return rc;
 }

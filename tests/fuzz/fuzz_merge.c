@@ -45,6 +45,18 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 				free(out);
 			}
 		}
+		/* one snapshot in range, as the daemon merges it: a validated one
+		 * (every input of the daemon's merges is), on its bytes */
+		for (int k = 0; k < 2; k++) {
+			const struct pfs_merge_rules rules = {0};
+			if (pfs_pprof_validate_gz(gz[k], gzlen[k], 64u << 20, NULL, err, sizeof err) ||
+			    pfs_pprof_merge_range(&snaps[k], 1, 64u << 20, &rules, "fuzz", &out, &outlen,
+						  err, sizeof err))
+				continue;
+			if (pfs_pprof_validate_gz(out, outlen, 256u << 20, NULL, err, sizeof err))
+				abort();
+			free(out);
+		}
 		size_t used;
 		bool no_start_line = true;
 		if (pfs_pprof_pgo(in, lens, 3, 64u << 20, &used, &out, &outlen, err, sizeof err) == 0) {
