@@ -38,6 +38,10 @@ int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, const char
  * rounds listed). */
 int pfs_merged_peek(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
 		    time_t *mtime, double *valid, uint64_t *version);
+/* Build it on a worker, if its inputs are all there and it is not built
+ * from them yet (a listing of merged/<range>/: its files are stat'ed
+ * next, one after the other). Never waits. */
+void pfs_merged_prebuild(struct pfs_service *s, const struct pfs_range *r, const char *key);
 /* Size and mtime of a version; -ESTALE once it is neither the current
  * result nor the one before it. */
 int pfs_merged_version(struct pfs_service *s, const struct pfs_range *r, const char *key,

@@ -817,6 +817,8 @@ static int list_range(struct loc *l, int flags, bool quiet, struct listing *d)
 		if (has) {
 			snprintf(name, sizeof name, "%s.pb.gz", keys[i]);
 			list_add(d, name, false);
+			/* stat'ed next (rsync, cp -r, ls -l): built meanwhile */
+			pfs_merged_prebuild(s, l->range, keys[i]);
 		}
 	}
 	free(keys);
@@ -830,6 +832,20 @@ static int list_range(struct loc *l, int flags, bool quiet, struct listing *d)
 }
 
 /* Without wait: -EAGAIN (the listing is dropped) while fetches run. */
+/* A service listed (its round is in): its merged/ files are built on
+ * the workers meanwhile, so the rsync or cp -r that lists it finds them
+ * ready when it reaches merged/ (it copies latest/ and <time>/ first). */
+static void prebuild_merged(struct pfs_service *s)
+{
+	const char **keys;
+	size_t n = pfs_merged_keys(s, &keys);
+
+	for (size_t r = 0; r < g_cfg->n_merged; r++)
+		for (size_t i = 0; i < n; i++)
+			pfs_merged_prebuild(s, &g_cfg->merged[r], keys[i]);
+	free(keys);
+}
+
 static int list_dir(struct loc *l, int flags, bool quiet, struct listing *d)
 {
 	char name[512];
@@ -885,6 +901,8 @@ static int list_dir(struct loc *l, int flags, bool quiet, struct listing *d)
 		if (g_cfg->n_merged)
 			list_add(d, PFS_MERGED_DIR, true);
 		rc = pfs_snap_list_rounds(l->service, flags, !quiet, add_round, d);
+		if (!rc && !quiet)
+			prebuild_merged(l->service);
 		break;
 	case N_LATEST:
 		/* Listing latest scrapes all of it at once, so the stat calls

@@ -7,6 +7,7 @@
 #include "names.h"
 #include "snap.h"
 #include "source.h"
+#include "work.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -311,15 +312,19 @@ static double valid_for(const struct pfs_service *s, const struct pfs_range *r,
 	return s->cluster->src->windows || m->rc || left < 0 ? 0 : left;
 }
 
-static int stat_ex(struct pfs_service *s, const struct pfs_range *r, const char *key, bool build_it,
-		   off_t *size, time_t *mtime, double *valid, uint64_t *version)
+/* What stat_ex may do: only look (a lookup: no waiting, no building),
+ * build from inputs that are all there already (a prebuild on a worker:
+ * no waiting), or fetch what it needs, wait and build. */
+enum stat_mode { PEEK, BUILD_READY, BUILD };
+
+static int stat_ex(struct pfs_service *s, const struct pfs_range *r, const char *key,
+		   enum stat_mode mode, off_t *size, time_t *mtime, double *valid, uint64_t *version)
 {
 	struct pfs_snap_input *in;
 	size_t n;
 	int rc;
 
-	/* a peek chooses inputs only from what is there */
-	if ((rc = inputs(s, r, key, build_it ? PFS_SNAP_WAIT : 0, &in, &n)))
+	if ((rc = inputs(s, r, key, mode == BUILD ? PFS_SNAP_WAIT : 0, &in, &n)))
 		return rc;
 	if (n == 0) {
 		free(in);
@@ -327,10 +332,13 @@ static int stat_ex(struct pfs_service *s, const struct pfs_range *r, const char 
 	}
 	uint64_t sig = signature(in, n);
 	struct memo *m = memo_of(s, r, key);
-	pthread_mutex_lock(&m->lock);
+	if (mode == PEEK ? pthread_mutex_trylock(&m->lock) : pthread_mutex_lock(&m->lock)) {
+		free(in);
+		return -EAGAIN; /* being built */
+	}
 	rc = 0;
 	if (m->sig != sig || m->rc == -ENOENT) {
-		if (build_it) {
+		if (mode != PEEK) {
 			retire(s, r, key, m);
 			m->sig = sig;
 			build(s, r, key, in, n, m);
@@ -355,13 +363,43 @@ static int stat_ex(struct pfs_service *s, const struct pfs_range *r, const char 
 int pfs_merged_stat(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
 		    time_t *mtime, double *valid, uint64_t *version)
 {
-	return stat_ex(s, r, key, true, size, mtime, valid, version);
+	return stat_ex(s, r, key, BUILD, size, mtime, valid, version);
+}
+
+struct prebuild {
+	struct pfs_service *s;
+	const struct pfs_range *r;
+	char key[224];
+};
+
+static void prebuild_run(void *arg)
+{
+	struct prebuild *p = arg;
+	off_t size;
+	time_t mtime;
+
+	stat_ex(p->s, p->r, p->key, BUILD_READY, &size, &mtime, NULL, NULL);
+	free(p);
+}
+
+void pfs_merged_prebuild(struct pfs_service *s, const struct pfs_range *r, const char *key)
+{
+	off_t size;
+	time_t mtime;
+
+	if (stat_ex(s, r, key, PEEK, &size, &mtime, NULL, NULL) != -EAGAIN)
+		return; /* built, or nothing to build */
+	struct prebuild *p = calloc(1, sizeof *p);
+	p->s = s;
+	p->r = r;
+	snprintf(p->key, sizeof p->key, "%s", key);
+	pfs_work_submit(prebuild_run, p);
 }
 
 int pfs_merged_peek(struct pfs_service *s, const struct pfs_range *r, const char *key, off_t *size,
 		    time_t *mtime, double *valid, uint64_t *version)
 {
-	return stat_ex(s, r, key, false, size, mtime, valid, version);
+	return stat_ex(s, r, key, PEEK, size, mtime, valid, version);
 }
 
 double pfs_merged_listing_valid(struct pfs_service *s, const struct pfs_range *r)
