@@ -248,9 +248,18 @@ int pfs_cache_publish(const char *cluster, const char *service, const char *roun
 		snprintf(err, errlen, "cache write: bad file name");
 		return -1;
 	}
-	if (stage(g_tmp, data, len, mtime, name, err, errlen))
+	/* staged in its own directory, as snapshots are (see below: one shared
+	 * staging directory costs ext4 an inode search per file) */
+	int dir = round_dir(cluster, service, round, true), rc;
+	if (dir < 0) {
+		write_err(err, errlen, -dir);
 		return -1;
-	return place(name, false, cluster, service, round, file, err, errlen);
+	}
+	rc = stage(dir, data, len, mtime, name, err, errlen);
+	close(dir);
+	if (rc)
+		return -1;
+	return place(name, true, cluster, service, round, file, err, errlen);
 }
 
 /* ---- durable publishing: group commits ----
