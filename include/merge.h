@@ -117,4 +117,14 @@ int pfs_pprof_merge_range(const struct pfs_merge_in *in, size_t n, size_t max_ra
 			  const struct pfs_merge_rules *rules, const char *what, uint8_t **gz,
 			  size_t *gzlen, char *err, size_t errlen);
 
+/* The same where one snapshot is in range, in[*which], and the result needs
+ * no file of its own: 0 and *gz, a gzip member that is the result after
+ * that snapshot's own bytes (*after: no value changes, gzip readers read
+ * the members as one) or alone (every column cumulative and no base: no
+ * sample is left); 1 where it is neither (pfs_pprof_merge_range); -1 and
+ * err. */
+int pfs_pprof_merge_small(const struct pfs_merge_in *in, size_t n, size_t max_raw,
+			  const struct pfs_merge_rules *rules, const char *what, size_t *which,
+			  bool *after, uint8_t **gz, size_t *gzlen, char *err, size_t errlen);
+
 #endif

@@ -46,10 +46,12 @@ void pfs_merged_prebuild(struct pfs_service *s, const struct pfs_range *r, const
  * result nor the one before it. */
 int pfs_merged_version(struct pfs_service *s, const struct pfs_range *r, const char *key,
 		       uint64_t version, off_t *size, time_t *mtime);
-/* Open a version (0: the current one, built if needed): an fd, -ESTALE as
- * above, or pfs_merged_stat's errors. */
+/* Open a version (0: the current one, built if needed): its bytes are
+ * *fd's (-1: none), then *tail's (malloc'd, may be NULL: none); 0, -ESTALE
+ * as above, or pfs_merged_stat's errors. A merge of one snapshot keeps no
+ * file: it is that snapshot's file and a few bytes, or the bytes alone. */
 int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char *key,
-		    uint64_t version);
+		    uint64_t version, int *fd, uint8_t **tail, size_t *tail_len);
 
 /* For how many seconds the set of merged/<range>/ files (those with an
  * input in range) holds, unless new inputs arrive: until the newest input

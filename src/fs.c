@@ -1046,6 +1046,11 @@ struct handle {
 	int fd;
 	char *doc;
 	size_t len;
+	/* after the fd's fd_len bytes (or alone, fd -1): a merged/ file of
+	 * one snapshot is that snapshot's file and these (pfs_merged_open) */
+	uint8_t *tail;
+	size_t tail_len;
+	off_t fd_len;
 };
 
 static int open_file(struct loc *l, int flags, struct fuse_file_info *fi, struct handle **out)
@@ -1087,14 +1092,25 @@ static int open_file(struct loc *l, int flags, struct fuse_file_info *fi, struct
 			break;
 		else
 			fi->keep_cache = 1;
-		fd = pfs_merged_open(l->service, l->range, l->key, l->version);
-		if (fd < 0)
-			rc = fd;
+		if ((rc = pfs_merged_open(l->service, l->range, l->key, l->version, &fd, &h->tail,
+					  &h->tail_len)))
+			break;
+		if (h->tail && fd >= 0) {
+			struct stat fst;
+			if (fstat(fd, &fst)) {
+				rc = -errno;
+				close(fd);
+				fd = -1;
+				free(h->tail);
+				break;
+			}
+			h->fd_len = fst.st_size;
+		}
 		break;
 	default:
 		rc = -EISDIR;
 	}
-	if (!rc && !h->doc && fd < 0)
+	if (!rc && !h->doc && !h->tail && fd < 0)
 		rc = fd == -ENOENT ? -EIO : fd;
 	if (rc) {
 		free(h);
@@ -1112,6 +1128,7 @@ static void handle_free(struct handle *h)
 	if (h->fd >= 0)
 		close(h->fd);
 	free(h->doc);
+	free(h->tail);
 	free(h);
 }
 
@@ -1136,10 +1153,24 @@ static void reply_read(fuse_req_t req, struct handle *h, size_t size, off_t off)
 	}
 	/* a plain pread: profiles are small, splicing them costs more */
 	char *buf = malloc(size ? size : 1);
-	ssize_t n;
-	do
-		n = pread(h->fd, buf, size, off);
-	while (n < 0 && errno == EINTR);
+	ssize_t n = 0;
+	size_t from_fd = size;
+	if (h->tail) /* the fd's part first, then the tail's */
+		from_fd = off >= h->fd_len ? 0 : (size_t)(h->fd_len - off) < size
+							? (size_t)(h->fd_len - off)
+							: size;
+	if (from_fd && h->fd >= 0)
+		do
+			n = pread(h->fd, buf, from_fd, off);
+		while (n < 0 && errno == EINTR);
+	if (n >= 0 && h->tail && (size_t)n == from_fd && size > from_fd) {
+		off_t t = off + n - h->fd_len;
+		size_t m = (size_t)t >= h->tail_len ? 0 : h->tail_len - (size_t)t;
+		m = m < size - (size_t)n ? m : size - (size_t)n;
+		if (m)
+			memcpy(buf + n, h->tail + t, m);
+		n += (ssize_t)m;
+	}
 	if (n < 0)
 		fuse_reply_err(req, errno);
 	else

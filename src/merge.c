@@ -1160,9 +1160,14 @@ static bool raw_sample(struct wire smp, const enum pfs_merge_rule *rule, size_t 
  * as a builder would give, but for locations and functions no sample uses
  * any more. 1 if the bytes do not parse as that, or if a cumulative type
  * has a base (has_base) to take differences from: the caller merges. */
+/* One snapshot in range, on its bytes. With small (merged/ without a file
+ * of its own): only where no value changes (no cumulative column: *small
+ * true, *gz is a gzip member that follows the snapshot's bytes) or none is
+ * left (every column cumulative, no base: *small false, *gz a profile of
+ * its sample types alone); else 1, as when the bytes do not suit. */
 static int merge_one_raw(const struct pfs_merge_in *x, bool has_base, size_t max_raw,
-			 const struct pfs_merge_rules *rules, const char *what, uint8_t **gz,
-			 size_t *gzlen, char *err, size_t errlen)
+			 const struct pfs_merge_rules *rules, const char *what, bool *small,
+			 uint8_t **gz, size_t *gzlen, char *err, size_t errlen)
 {
 	uint8_t *raw;
 	size_t rawlen, nstr = 0, nv = 0;
@@ -1173,7 +1178,7 @@ static int merge_one_raw(const struct pfs_merge_in *x, bool has_base, size_t max
 	uint32_t num;
 	int type, rc = 1;
 	uint64_t v;
-	bool any_cum = false;
+	bool any_cum = false, all_cum = true, after = false;
 
 	if (pfs_gunzip(x->gz, x->len, max_raw, &raw, &rawlen, err, errlen))
 		return 1;
@@ -1222,17 +1227,26 @@ static int merge_one_raw(const struct pfs_merge_in *x, bool has_base, size_t max
 		if (rules->windows && rule[i] == PFS_RULE_CUMULATIVE)
 			rule[i] = PFS_RULE_SUM;
 		any_cum = any_cum || rule[i] == PFS_RULE_CUMULATIVE;
+		all_cum = all_cum && rule[i] == PFS_RULE_CUMULATIVE;
 	}
 	if (any_cum && has_base)
 		goto out;
-	/* then the copy */
-	w = (struct wire){raw, raw + rawlen};
+	if (small && any_cum && !all_cum)
+		goto out; /* values change, samples stay: a file */
+	after = small && !any_cum;
+	/* then the copy (none where it follows the snapshot's bytes: a later
+	 * time_nanos, duration_nanos wins, strings and comments append) */
+	w = (struct wire){raw, after ? raw : raw + rawlen};
 	while (w.p < w.end) {
 		const uint8_t *start = w.p;
 		bool zero;
 		if (!wire_field(&w, &num, &type, &v, &b))
 			goto out;
-		if (num == 2 && type == 2) {
+		if (small) { /* no sample is left: the types and their strings */
+			if (num == 1 || num == 6 || num == 7 || num == 8 || num == 11 || num == 12 ||
+			    num == 14)
+				kb_put(&o, start, (size_t)(w.p - start));
+		} else if (num == 2 && type == 2) {
 			size_t before = o.n;
 			if (!raw_sample(b, rule, nv, &o, &zero))
 				goto out;
@@ -1275,11 +1289,20 @@ static int merge_one_raw(const struct pfs_merge_in *x, bool has_base, size_t max
 		free(tstr[i]);
 	out_bytes(&o, 13, cm.p, cm.n);
 	free(cm.p);
-	out_varint(&o, 9 << 3);
-	out_varint(&o, (uint64_t)at);
-	out_varint(&o, 10 << 3);
-	out_varint(&o, (uint64_t)(end_at - at));
+	/* after the snapshot's bytes, its own time and duration stand (they
+	 * are these): pprof reads a second time_nanos as two profiles
+	 * concatenated */
+	if (!after || !t_nanos) {
+		out_varint(&o, 9 << 3);
+		out_varint(&o, (uint64_t)at);
+	}
+	if (!after || d_nanos <= 0) {
+		out_varint(&o, 10 << 3);
+		out_varint(&o, (uint64_t)(end_at - at));
+	}
 	rc = pfs_gzip(o.p, o.n, gz, gzlen, err, errlen) ? -1 : 0;
+	if (small)
+		*small = after;
 out:
 	pfs_gunzip_free(raw, rawlen);
 	free(o.p);
@@ -1307,8 +1330,8 @@ int pfs_pprof_merge_range(const struct pfs_merge_in *in, size_t n, size_t max_ra
 		goto out;
 	}
 	/* one snapshot in range: on its bytes */
-	if (rm.i0 == n - 1 && (rc = merge_one_raw(order[rm.i0], n > 1, max_raw, rules, what, gz,
-						  gzlen, err, errlen)) <= 0)
+	if (rm.i0 == n - 1 && (rc = merge_one_raw(order[rm.i0], n > 1, max_raw, rules, what, NULL,
+						  gz, gzlen, err, errlen)) <= 0)
 		goto out;
 	rc = -1;
 	if (!(rm.p0 = pfs_pprof_decode_gz(order[rm.i0]->gz, order[rm.i0]->len, max_raw, rm.why,
@@ -1367,4 +1390,22 @@ out:
 	free(rm.begins);
 	free(order);
 	return rc;
+}
+
+int pfs_pprof_merge_small(const struct pfs_merge_in *in, size_t n, size_t max_raw,
+			  const struct pfs_merge_rules *rules, const char *what, size_t *which,
+			  bool *after, uint8_t **gz, size_t *gzlen, char *err, size_t errlen)
+{
+	size_t one = n;
+
+	for (size_t i = 0; i < n; i++)
+		if (!in[i].base) {
+			if (one < n)
+				return 1; /* two in range: a merge */
+			one = i;
+		}
+	if (one == n)
+		return 1;
+	*which = one;
+	return merge_one_raw(&in[one], n > 1, max_raw, rules, what, after, gz, gzlen, err, errlen);
 }

@@ -23,7 +23,20 @@ struct result {
 	uint64_t sig;  /* of the inputs: the version (0: none) */
 	off_t size;
 	time_t mtime;
+	/* a result with no file of its own (pfs_pprof_merge_small): the
+	 * snapshot round/file's bytes (file NULL: none), then bytes */
+	char round[PFS_ROUND_NAME_MAX];
+	char *file;
+	uint8_t *bytes;
+	size_t n_bytes;
 };
+
+static void result_free(struct result *r)
+{
+	free(r->file);
+	free(r->bytes);
+	memset(r, 0, sizeof *r);
+}
 
 struct memo {
 	const struct pfs_service *svc;
@@ -164,8 +177,10 @@ static void retire(struct pfs_service *s, const struct pfs_range *r, const char 
 {
 	char dir[64], file[160], old[168];
 
-	memset(&m->prev, 0, sizeof m->prev);
-	if (m->rc == 0) {
+	result_free(&m->prev);
+	if (m->rc == 0 && m->cur.bytes) {
+		m->prev = m->cur; /* no file to keep aside */
+	} else if (m->rc == 0) {
 		m->prev = m->cur;
 		dir_name(r, dir, sizeof dir);
 		file_name(key, false, file, sizeof file);
@@ -173,7 +188,7 @@ static void retire(struct pfs_service *s, const struct pfs_range *r, const char 
 		if (pfs_cache_rename(s->cluster->name, s->name, dir, file, old))
 			m->prev.sig = 0;
 	}
-	memset(&m->cur, 0, sizeof m->cur);
+	memset(&m->cur, 0, sizeof m->cur); /* what it held is prev's now */
 }
 
 /* The rule of a sample type of this service's key (the kind's own, else
@@ -197,6 +212,7 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 	struct pfs_merge_in *mi = calloc(n, sizeof *mi);
 	uint8_t **bufs = calloc(n, sizeof *bufs), *gz = NULL;
 	size_t *lens = calloc(n, sizeof *lens), gzlen = 0, n_in = 0, used = 0;
+	size_t *src = calloc(n ? n : 1, sizeof *src); /* mi[j] is in[src[j]] */
 	char err[512] = "", dir[64], file[160], what[512];
 	bool pgo = is_pgo(key);
 
@@ -217,6 +233,7 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 			series++;
 		mi[n_in] = (struct pfs_merge_in){bufs[n_in], lens[n_in], series, in[i].t, in[i].base,
 						 in[i].file};
+		src[n_in] = i;
 		if (!in[i].base) {
 			used++;
 			if (in[i].t > m->cur.mtime)
@@ -244,6 +261,8 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 	} else {
 		struct rule_arg ra = {s, NULL};
 		struct pfs_merge_rules rules = {.windows = s->cluster->src->windows};
+		size_t which;
+		bool after;
 		for (size_t i = 0; i < s->n_files && !ra.f; i++)
 			if (strcmp(s->files[i].merge_key, key) == 0)
 				ra.f = &s->files[i];
@@ -251,6 +270,29 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 			rules.rule = kind_rule;
 			rules.arg = &ra;
 		}
+		/* one snapshot in range (most merged/ files of a round or two):
+		 * that snapshot and a few bytes, no file (a cold export of 1000
+		 * services made 7000 files and was 1.3x slower) */
+		mrc = pfs_pprof_merge_small(mi, n_in, 1u << 30, &rules, what, &which, &after, &gz,
+					    &gzlen, err, sizeof err);
+		if (mrc == 0) {
+			m->cur.bytes = gz;
+			m->cur.n_bytes = gzlen;
+			m->cur.size = (off_t)gzlen;
+			if (after) {
+				const struct pfs_snap_input *x = &in[src[which]];
+				snprintf(m->cur.round, sizeof m->cur.round, "%s", x->round);
+				m->cur.file = strdup(x->file);
+				m->cur.size += (off_t)lens[which];
+			}
+			m->cur.sig = m->sig;
+			m->rc = 0;
+			gz = NULL;
+			pfs_debug("merged 1 snapshot into %s (no file)", what);
+			goto done;
+		}
+		if (mrc < 0)
+			goto failed;
 		mrc = pfs_pprof_merge_range(mi, n_in, 1u << 30, &rules, what, &gz, &gzlen, err,
 					    sizeof err);
 	}
@@ -263,13 +305,16 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 		m->cur.sig = m->sig;
 		pfs_debug("merged %zu snapshots into %s", used, what);
 	} else {
+	failed:
 		m->rc = -EIO;
 		pfs_err("merge %s of %zu snapshots failed: %s", what, used, err);
 	}
+done:
 	for (size_t i = 0; i < n_in; i++)
 		free(bufs[i]);
 	free(bufs);
 	free(lens);
+	free(src);
 	free(mi);
 	free(gz);
 }
@@ -456,14 +501,17 @@ int pfs_merged_version(struct pfs_service *s, const struct pfs_range *r, const c
 }
 
 int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char *key,
-		    uint64_t version)
+		    uint64_t version, int *fd, uint8_t **tail, size_t *tail_len)
 {
 	char dir[64], file[168];
 	off_t size;
 	time_t mtime;
 	bool prev;
-	int rc;
+	int rc = 0;
 
+	*fd = -1;
+	*tail = NULL;
+	*tail_len = 0;
 	if (!version && (rc = pfs_merged_stat(s, r, key, &size, &mtime, NULL, &version)))
 		return rc;
 	struct memo *m = memo_of(s, r, key);
@@ -472,12 +520,25 @@ int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char
 	const struct result *res = result_of(m, version, &prev);
 	if (!res) {
 		rc = -ESTALE;
+	} else if (res->bytes) { /* a snapshot's bytes and these: a copy, prev goes */
+		if (res->file)
+			rc = pfs_cache_open(s->cluster->name, s->name, res->round, res->file);
+		if (rc >= 0 && (*tail = malloc(res->n_bytes))) {
+			memcpy(*tail, res->bytes, res->n_bytes);
+			*tail_len = res->n_bytes;
+		}
 	} else {
 		dir_name(r, dir, sizeof dir);
 		file_name(key, prev, file, sizeof file);
 		rc = pfs_cache_open(s->cluster->name, s->name, dir, file);
 	}
 	pthread_mutex_unlock(&m->lock);
+	if (rc > 0) {
+		*fd = rc;
+		rc = 0;
+	}
+	if (!rc && *fd < 0 && !*tail)
+		rc = -EIO; /* no memory for the copy */
 	return rc == -ENOENT ? -ESTALE : rc;
 }
 
@@ -488,6 +549,8 @@ void pfs_merged_free(void)
 		while (g_memos[i]) {
 			struct memo *m = g_memos[i];
 			g_memos[i] = m->next;
+			result_free(&m->cur);
+			result_free(&m->prev);
 			pthread_mutex_destroy(&m->lock);
 			free(m->key);
 			free(m);

@@ -106,3 +106,38 @@ def test_status_json(goapp, mount):
     assert by["bad"]["last_error"].startswith("HTTP 500: Could not enable CPU profiling")
     assert by["bad"]["url"] == app.fault("status500")
     assert doc["cache_bytes"] == by["ok"]["bytes"]
+
+
+def test_one_snapshot_merge_is_that_snapshot_and_a_few_bytes(goapp, mount, tmp_path):
+    """A range with one snapshot (the common case after a round) keeps no
+    file of its own: goroutine and cpu (values unchanged) are the snapshot's
+    bytes then a gzip member saying what they hold; block (every value
+    cumulative: nothing yet) a profile of its types alone. Read whole
+    (cp), in odd pieces (dd bs=37, across the seam) and by go tool pprof,
+    they are the same file."""
+    from fakes.wire import Profile
+    app = goapp("-goroutines", "20")
+    m = mount(config_for({"a": {"targets": [app.base],
+                                "profiles": ["goroutine", "cpu", "block"]}}, latest_ttl=3600))
+    svc = m.path / "local/a"
+    snap = {p: (svc / "latest" / f"{p}.pb.gz").read_bytes() for p in ("goroutine", "cpu", "block")}
+    for p in ("goroutine", "cpu", "block"):
+        f = svc / "merged/24h" / f"{p}.pb.gz"
+        out = tmp_path / f"{p}.pb.gz"
+        subprocess.run(["cp", str(f), str(out)], check=True)
+        data = out.read_bytes()
+        assert os.stat(f).st_size == len(data)
+        r = subprocess.run(["dd", f"if={f}", "bs=37", "status=none"], capture_output=True,
+                           check=True)
+        assert r.stdout == data, p
+        merged, one = Profile(data), Profile(snap[p])
+        if p == "block":
+            assert not data.startswith(snap[p]) and merged.samples == []
+            assert merged.types == one.types
+        else:
+            assert data.startswith(snap[p]) and len(data) < len(snap[p]) + 1024, p
+            typ = "goroutine" if p == "goroutine" else "samples"
+            assert merged.total(typ) == one.total(typ) > 0, p
+        assert "1 snapshot of 1 target" in "\n".join(merged.comments), merged.comments
+        top = pprof_top(out, "-comments")
+        assert "1 snapshot of 1 target" in top, top
