@@ -162,7 +162,10 @@ def test_300_services_with_256_fds(goapp, tmp_path):
     from conftest import Mount
     app = goapp()
     services = {f"s{i}": {"targets": [app.base], "profiles": ["heap"]} for i in range(300)}
-    m = Mount(limited(tmp_path, 256), tmp_path, config_for(services, retry_after=0), name="auto")
+    # timeout: one sample app answers all 300 (a heap profile each), the
+    # machine may be busy; what is tested is descriptors, not time
+    m = Mount(limited(tmp_path, 256), tmp_path, config_for(services, retry_after=0, timeout=60),
+              name="auto")
     try:
         r = subprocess.run(["ls", str(m.path / "local")], capture_output=True, text=True)
         assert r.returncode == 0 and len(r.stdout.split()) == 300
@@ -175,7 +178,7 @@ def test_300_services_with_256_fds(goapp, tmp_path):
     finally:
         m.stop()
     m = Mount(limited(tmp_path, 256), tmp_path,
-              config_for(services, retry_after=0, max_connections=1024), name="set")
+              config_for(services, retry_after=0, timeout=60, max_connections=1024), name="set")
     try:
         warn = [l for l in m.log().splitlines() if "max_connections 1024 with 256 file" in l]
         assert len(warn) == 1, m.log()

@@ -114,7 +114,11 @@ def test_private_ca_mtls_and_insecure_at_every_level(goapp, mount, pki, tmp_path
         wrong = next(e for e in errs if "local/wrongca" in e)
         assert "SSL certificate problem" in wrong, wrong
         nocert = next(e for e in errs if "local/nocert" in e)
-        assert "SSL" in nocert or "alert" in nocert or "TLS" in nocert, nocert
+        # the server's refusal reaches curl as a TLS alert, or (TLS 1.3: the
+        # client's handshake is done before the server checks it) as the
+        # connection it closed
+        assert any(w in nocert for w in ("SSL", "alert", "TLS", "errno 107", "reset",
+                                         "Recv failure", "closed")), nocert
         st = json.loads((m.path / ".status.json").read_text())
         assert all(t["failures"] == (t["service"] in ("nocert", "wrongca")) for t in st["targets"])
     finally:
