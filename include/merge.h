@@ -104,6 +104,17 @@ struct pfs_merge_in {
 			   * the base of its first difference */
 	const char *name; /* the series' name, for the comment and errors */
 };
+/* What a merge of one snapshot in range, in[which], gave (the common
+ * case: a round or two after mounting). follows: no value changed, and
+ * *gz is a gzip member that is the result after that snapshot's own
+ * bytes (gzip readers read the members as one file); no_samples: every
+ * value was cumulative with nothing before it, and *gz holds the sample
+ * types alone. Both false: *gz is the whole result, as for any range. */
+struct pfs_merge_shape {
+	size_t which;
+	bool follows, no_samples;
+};
+
 /* Merge snapshots over a time range, each sample type by its rule: sums
  * summed; cumulative types per series as differences between consecutive
  * snapshots, stack by stack (same locations and labels), attributed to the
@@ -112,19 +123,11 @@ struct pfs_merge_in {
  * counts the later snapshot whole; nothing negative); gauges per series as
  * the mean of its snapshots. Series add up. time_nanos is the first
  * instant covered, duration_nanos the span; comments (go tool pprof
- * -comments) say what went in and each rule, headed by `what`. */
+ * -comments) say what went in and each rule, headed by `what`. With shape
+ * (may be NULL: never follows) it says what *gz is. */
 int pfs_pprof_merge_range(const struct pfs_merge_in *in, size_t n, size_t max_raw,
-			  const struct pfs_merge_rules *rules, const char *what, uint8_t **gz,
-			  size_t *gzlen, char *err, size_t errlen);
-
-/* The same where one snapshot is in range, in[*which], and the result needs
- * no file of its own: 0 and *gz, a gzip member that is the result after
- * that snapshot's own bytes (*after: no value changes, gzip readers read
- * the members as one) or alone (every column cumulative and no base: no
- * sample is left); 1 where it is neither (pfs_pprof_merge_range); -1 and
- * err. */
-int pfs_pprof_merge_small(const struct pfs_merge_in *in, size_t n, size_t max_raw,
-			  const struct pfs_merge_rules *rules, const char *what, size_t *which,
-			  bool *after, uint8_t **gz, size_t *gzlen, char *err, size_t errlen);
+			  const struct pfs_merge_rules *rules, const char *what,
+			  struct pfs_merge_shape *shape, uint8_t **gz, size_t *gzlen, char *err,
+			  size_t errlen);
 
 #endif

@@ -899,6 +899,30 @@ static int cmp_in(const void *a, const void *b)
 	return x->t < y->t ? -1 : x->t > y->t;
 }
 
+/* The rule of a sample type; in windows a cumulative one is a sum (a
+ * window holds what happened in it). */
+static enum pfs_merge_rule rule_of(const struct pfs_merge_rules *rules, const char *type,
+				   const char *unit)
+{
+	enum pfs_merge_rule r = rules->rule	 ? rules->rule(rules->arg, type, unit)
+				: rules->windows ? pfs_merge_rule_window(type, unit)
+						 : pfs_merge_rule_go(type, unit);
+
+	return rules->windows && r == PFS_RULE_CUMULATIVE ? PFS_RULE_SUM : r;
+}
+
+/* The comment of a series whose first snapshot (at `at`) has none before
+ * it: its differences begin there. malloc'd. */
+static char *begin_line(const char *name, int64_t at)
+{
+	char t0[32], line[512];
+
+	fmt_time(at, t0);
+	snprintf(line, sizeof line, "%s: differences begin at its first snapshot, %s (none before it)",
+		 name, t0);
+	return strdup(line);
+}
+
 /* The comment lines of a merge (what went in, and each rule), at most
  * 4 + n_begins, into lines[] (each malloc'd); returns how many. p: the
  * result's types. */
@@ -1005,12 +1029,8 @@ static int merge_series(struct range_merge *rm, size_t i, size_t end, struct pfs
 			if (end_at > rm->last)
 				rm->last = end_at;
 			if (!has_prev && rm->any_cum) {
-				char t0[32], line[512];
-				fmt_time(at, t0);
-				snprintf(line, sizeof line, "%s: differences begin at its first snapshot, "
-					 "%s (none before it)", x->name, t0);
 				rm->begins = realloc(rm->begins, (rm->n_begins + 1) * sizeof *rm->begins);
-				rm->begins[rm->n_begins++] = strdup(line);
+				rm->begins[rm->n_begins++] = begin_line(x->name, at);
 			}
 			series_step(s, &prev, &cur, rm->rule, has_prev, &rm->restarts);
 		}
@@ -1156,29 +1176,29 @@ static bool raw_sample(struct wire smp, const enum pfs_merge_rule *rule, size_t 
  * on its bytes, with no decoder and no builder: its fields copied as they
  * are, but for its samples' cumulative values (zeroed: only a snapshot
  * before it could tell what happened; a sample left all-zero dropped, as
- * a builder drops it), its time, duration and comments. The same profile
- * as a builder would give, but for locations and functions no sample uses
- * any more. 1 if the bytes do not parse as that, or if a cumulative type
- * has a base (has_base) to take differences from: the caller merges. */
-/* One snapshot in range, on its bytes. With small (merged/ without a file
- * of its own): only where no value changes (no cumulative column: *small
- * true, *gz is a gzip member that follows the snapshot's bytes) or none is
- * left (every column cumulative, no base: *small false, *gz a profile of
- * its sample types alone); else 1, as when the bytes do not suit. */
+ * a builder drops it), its time, duration and comments. Where every value
+ * is cumulative none is left: its sample types alone (shape->no_samples).
+ * Where none is (no cumulative type) and shape allows, only what follows
+ * the snapshot's own bytes (shape->follows: a later duration_nanos wins,
+ * strings and comments append; its own time_nanos stands, as pprof reads
+ * a second one as two profiles concatenated). 1 if the bytes do not parse
+ * as that, or if a cumulative type has a base (has_base) to take
+ * differences from: the caller merges. */
 static int merge_one_raw(const struct pfs_merge_in *x, bool has_base, size_t max_raw,
-			 const struct pfs_merge_rules *rules, const char *what, bool *small,
-			 uint8_t **gz, size_t *gzlen, char *err, size_t errlen)
+			 const struct pfs_merge_rules *rules, const char *what,
+			 struct pfs_merge_shape *shape, uint8_t **gz, size_t *gzlen, char *err,
+			 size_t errlen)
 {
 	uint8_t *raw;
 	size_t rawlen, nstr = 0, nv = 0;
 	struct wire w, b, strs[64];
-	int64_t types[64], t_nanos = 0, d_nanos = 0;
+	int64_t types[64], units[64], t_nanos = 0, d_nanos = 0;
 	enum pfs_merge_rule rule[64];
 	struct kbuf o = {0};
 	uint32_t num;
 	int type, rc = 1;
 	uint64_t v;
-	bool any_cum = false, all_cum = true, after = false;
+	bool any_cum = false, all_cum = true;
 
 	if (pfs_gunzip(x->gz, x->len, max_raw, &raw, &rawlen, err, errlen))
 		return 1;
@@ -1191,7 +1211,7 @@ static int merge_one_raw(const struct pfs_merge_in *x, bool has_base, size_t max
 			if (nv == 64)
 				goto out;
 			struct wire vt = b;
-			types[nv] = 0;
+			types[nv] = units[nv] = 0;
 			while (vt.p < vt.end) {
 				uint32_t n2;
 				int t2;
@@ -1201,6 +1221,8 @@ static int merge_one_raw(const struct pfs_merge_in *x, bool has_base, size_t max
 					goto out;
 				if (n2 == 1 && t2 == 0)
 					types[nv] = (int64_t)v2;
+				else if (n2 == 2 && t2 == 0)
+					units[nv] = (int64_t)v2;
 			}
 			nv++;
 		} else if (num == 6 && type == 2) {
@@ -1215,41 +1237,38 @@ static int merge_one_raw(const struct pfs_merge_in *x, bool has_base, size_t max
 	}
 	if (nv == 0)
 		goto out;
+	char *tstr[64] = {0};
 	for (size_t i = 0; i < nv; i++) {
-		char name[128] = "";
-		if (types[i] < 0 || types[i] >= (int64_t)nstr || types[i] >= 64)
-			goto out; /* a name past the first 64 strings: decode instead */
-		struct wire sw = strs[types[i]];
-		snprintf(name, sizeof name, "%.*s", (int)(sw.end - sw.p), (const char *)sw.p);
-		rule[i] = rules->rule	  ? rules->rule(rules->arg, name, "")
-			  : rules->windows ? pfs_merge_rule_window(name, "")
-					   : pfs_merge_rule_go(name, "");
-		if (rules->windows && rule[i] == PFS_RULE_CUMULATIVE)
-			rule[i] = PFS_RULE_SUM;
+		char unit[128];
+		if (types[i] < 0 || types[i] >= (int64_t)nstr || types[i] >= 64 || units[i] < 0 ||
+		    units[i] >= (int64_t)nstr || units[i] >= 64)
+			goto names_out; /* a name past the first 64 strings: decode instead */
+		tstr[i] = strndup((const char *)strs[types[i]].p,
+				  (size_t)(strs[types[i]].end - strs[types[i]].p));
+		snprintf(unit, sizeof unit, "%.*s", (int)(strs[units[i]].end - strs[units[i]].p),
+			 (const char *)strs[units[i]].p);
+		rule[i] = rule_of(rules, tstr[i], unit);
 		any_cum = any_cum || rule[i] == PFS_RULE_CUMULATIVE;
 		all_cum = all_cum && rule[i] == PFS_RULE_CUMULATIVE;
 	}
 	if (any_cum && has_base)
-		goto out;
-	if (small && any_cum && !all_cum)
-		goto out; /* values change, samples stay: a file */
-	after = small && !any_cum;
-	/* then the copy (none where it follows the snapshot's bytes: a later
-	 * time_nanos, duration_nanos wins, strings and comments append) */
-	w = (struct wire){raw, after ? raw : raw + rawlen};
+		goto names_out;
+	bool follows = shape && !any_cum, none_left = all_cum;
+	/* then the copy (none where it follows the snapshot's bytes) */
+	w = (struct wire){raw, follows ? raw : raw + rawlen};
 	while (w.p < w.end) {
 		const uint8_t *start = w.p;
 		bool zero;
 		if (!wire_field(&w, &num, &type, &v, &b))
-			goto out;
-		if (small) { /* no sample is left: the types and their strings */
+			goto names_out;
+		if (none_left) { /* the types and their strings */
 			if (num == 1 || num == 6 || num == 7 || num == 8 || num == 11 || num == 12 ||
 			    num == 14)
 				kb_put(&o, start, (size_t)(w.p - start));
 		} else if (num == 2 && type == 2) {
 			size_t before = o.n;
 			if (!raw_sample(b, rule, nv, &o, &zero))
-				goto out;
+				goto names_out;
 			if (zero)
 				o.n = before; /* as a builder drops it */
 		} else if (num != 9 && num != 10 && num != 13) {
@@ -1259,50 +1278,45 @@ static int merge_one_raw(const struct pfs_merge_in *x, bool has_base, size_t max
 	/* what it holds: its time, its span, the comments */
 	int64_t at = t_nanos ? t_nanos : (int64_t)x->t * 1000000000;
 	int64_t end_at = at + (d_nanos > 0 ? d_nanos : 0);
-	char *lines[5], begin[512], t0[32], *beginp = begin;
+	char *lines[5], *begin = begin_line(x->name, at);
 	Profile names = PERFTOOLS__PROFILES__PROFILE__INIT;
 	Perftools__Profiles__ValueType vts[64], *vtp[64];
-	char *tstr[64];
 	for (size_t i = 0; i < nv; i++) { /* comment_lines reads the type names */
 		perftools__profiles__value_type__init(&vts[i]);
 		vts[i].type = (int64_t)i;
 		vtp[i] = &vts[i];
-		tstr[i] = strndup((const char *)strs[types[i]].p,
-				  (size_t)(strs[types[i]].end - strs[types[i]].p));
 	}
 	names.sample_type = vtp;
 	names.n_sample_type = nv;
 	names.string_table = tstr;
 	names.n_string_table = nv;
-	fmt_time(at, t0);
-	snprintf(begin, sizeof begin, "%s: differences begin at its first snapshot, %s (none "
-		 "before it)", x->name, t0);
-	size_t nl = comment_lines(&names, what, 1, 1, at, end_at, rule, rules->windows, 0, &beginp,
+	size_t nl = comment_lines(&names, what, 1, 1, at, end_at, rule, rules->windows, 0, &begin,
 				  any_cum ? 1 : 0, lines);
+	free(begin);
 	struct kbuf cm = {0};
 	for (size_t i = 0; i < nl; i++) {
 		out_bytes(&o, 6, lines[i], strlen(lines[i]));
 		out_varint(&cm, nstr + i);
 		free(lines[i]);
 	}
-	for (size_t i = 0; i < nv; i++)
-		free(tstr[i]);
 	out_bytes(&o, 13, cm.p, cm.n);
 	free(cm.p);
-	/* after the snapshot's bytes, its own time and duration stand (they
-	 * are these): pprof reads a second time_nanos as two profiles
-	 * concatenated */
-	if (!after || !t_nanos) {
+	if (!follows || !t_nanos) {
 		out_varint(&o, 9 << 3);
 		out_varint(&o, (uint64_t)at);
 	}
-	if (!after || d_nanos <= 0) {
+	if (!follows || d_nanos <= 0) {
 		out_varint(&o, 10 << 3);
 		out_varint(&o, (uint64_t)(end_at - at));
 	}
 	rc = pfs_gzip(o.p, o.n, gz, gzlen, err, errlen) ? -1 : 0;
-	if (small)
-		*small = after;
+	if (shape) {
+		shape->follows = follows;
+		shape->no_samples = none_left;
+	}
+names_out:
+	for (size_t i = 0; i < nv; i++)
+		free(tstr[i]);
 out:
 	pfs_gunzip_free(raw, rawlen);
 	free(o.p);
@@ -1310,8 +1324,9 @@ out:
 }
 
 int pfs_pprof_merge_range(const struct pfs_merge_in *in, size_t n, size_t max_raw,
-			  const struct pfs_merge_rules *rules, const char *what, uint8_t **gz,
-			  size_t *gzlen, char *err, size_t errlen)
+			  const struct pfs_merge_rules *rules, const char *what,
+			  struct pfs_merge_shape *shape, uint8_t **gz, size_t *gzlen, char *err,
+			  size_t errlen)
 {
 	const struct pfs_merge_in **order = calloc(n ? n : 1, sizeof *order);
 	const struct pfs_merge_opts plain = {0};
@@ -1329,8 +1344,10 @@ int pfs_pprof_merge_range(const struct pfs_merge_in *in, size_t n, size_t max_ra
 		snprintf(err, errlen, "nothing to merge");
 		goto out;
 	}
+	if (shape)
+		*shape = (struct pfs_merge_shape){.which = (size_t)(order[rm.i0] - in)};
 	/* one snapshot in range: on its bytes */
-	if (rm.i0 == n - 1 && (rc = merge_one_raw(order[rm.i0], n > 1, max_raw, rules, what, NULL,
+	if (rm.i0 == n - 1 && (rc = merge_one_raw(order[rm.i0], n > 1, max_raw, rules, what, shape,
 						  gz, gzlen, err, errlen)) <= 0)
 		goto out;
 	rc = -1;
@@ -1341,13 +1358,8 @@ int pfs_pprof_merge_range(const struct pfs_merge_in *in, size_t n, size_t max_ra
 	}
 	rm.nv = rm.p0->n_sample_type < 64 ? rm.p0->n_sample_type : 64;
 	for (size_t i = 0; i < rm.nv; i++) {
-		const char *t = str_at(rm.p0, rm.p0->sample_type[i]->type),
-			   *u = str_at(rm.p0, rm.p0->sample_type[i]->unit);
-		rm.rule[i] = rules->rule    ? rules->rule(rules->arg, t, u)
-			     : rules->windows ? pfs_merge_rule_window(t, u)
-					      : pfs_merge_rule_go(t, u);
-		if (rules->windows && rm.rule[i] == PFS_RULE_CUMULATIVE)
-			rm.rule[i] = PFS_RULE_SUM; /* a window holds what happened in it */
+		rm.rule[i] = rule_of(rules, str_at(rm.p0, rm.p0->sample_type[i]->type),
+				     str_at(rm.p0, rm.p0->sample_type[i]->unit));
 		rm.any_cum = rm.any_cum || rm.rule[i] == PFS_RULE_CUMULATIVE;
 	}
 	g = builder_like(rm.p0);
@@ -1390,22 +1402,4 @@ out:
 	free(rm.begins);
 	free(order);
 	return rc;
-}
-
-int pfs_pprof_merge_small(const struct pfs_merge_in *in, size_t n, size_t max_raw,
-			  const struct pfs_merge_rules *rules, const char *what, size_t *which,
-			  bool *after, uint8_t **gz, size_t *gzlen, char *err, size_t errlen)
-{
-	size_t one = n;
-
-	for (size_t i = 0; i < n; i++)
-		if (!in[i].base) {
-			if (one < n)
-				return 1; /* two in range: a merge */
-			one = i;
-		}
-	if (one == n)
-		return 1;
-	*which = one;
-	return merge_one_raw(&in[one], n > 1, max_raw, rules, what, after, gz, gzlen, err, errlen);
 }

@@ -23,8 +23,9 @@ struct result {
 	uint64_t sig;  /* of the inputs: the version (0: none) */
 	off_t size;
 	time_t mtime;
-	/* a result with no file of its own (pfs_pprof_merge_small): the
-	 * snapshot round/file's bytes (file NULL: none), then bytes */
+	/* a merge of one snapshot keeps no file of its own (merge.h struct
+	 * pfs_merge_shape): the bytes of snapshot round/file (file NULL:
+	 * none), then bytes */
 	char round[PFS_ROUND_NAME_MAX];
 	char *file;
 	uint8_t *bytes;
@@ -178,10 +179,9 @@ static void retire(struct pfs_service *s, const struct pfs_range *r, const char 
 	char dir[64], file[160], old[168];
 
 	result_free(&m->prev);
-	if (m->rc == 0 && m->cur.bytes) {
-		m->prev = m->cur; /* no file to keep aside */
-	} else if (m->rc == 0) {
+	if (m->rc == 0)
 		m->prev = m->cur;
+	if (m->rc == 0 && !m->cur.bytes) { /* its file kept aside */
 		dir_name(r, dir, sizeof dir);
 		file_name(key, false, file, sizeof file);
 		file_name(key, true, old, sizeof old);
@@ -215,6 +215,7 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 	size_t *src = calloc(n ? n : 1, sizeof *src); /* mi[j] is in[src[j]] */
 	char err[512] = "", dir[64], file[160], what[512];
 	bool pgo = is_pgo(key);
+	struct pfs_merge_shape shape = {0};
 
 	m->cur.mtime = 0;
 	m->oldest = 0;
@@ -261,8 +262,6 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 	} else {
 		struct rule_arg ra = {s, NULL};
 		struct pfs_merge_rules rules = {.windows = s->cluster->src->windows};
-		size_t which;
-		bool after;
 		for (size_t i = 0; i < s->n_files && !ra.f; i++)
 			if (strcmp(s->files[i].merge_key, key) == 0)
 				ra.f = &s->files[i];
@@ -270,33 +269,27 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 			rules.rule = kind_rule;
 			rules.arg = &ra;
 		}
-		/* one snapshot in range (most merged/ files of a round or two):
-		 * that snapshot and a few bytes, no file (a cold export of 1000
-		 * services made 7000 files and was 1.3x slower) */
-		mrc = pfs_pprof_merge_small(mi, n_in, 1u << 30, &rules, what, &which, &after, &gz,
-					    &gzlen, err, sizeof err);
-		if (mrc == 0) {
-			m->cur.bytes = gz;
-			m->cur.n_bytes = gzlen;
-			m->cur.size = (off_t)gzlen;
-			if (after) {
-				const struct pfs_snap_input *x = &in[src[which]];
-				snprintf(m->cur.round, sizeof m->cur.round, "%s", x->round);
-				m->cur.file = strdup(x->file);
-				m->cur.size += (off_t)lens[which];
-			}
-			m->cur.sig = m->sig;
-			m->rc = 0;
-			gz = NULL;
-			pfs_debug("merged 1 snapshot into %s (no file)", what);
-			goto done;
-		}
-		if (mrc < 0)
-			goto failed;
-		mrc = pfs_pprof_merge_range(mi, n_in, 1u << 30, &rules, what, &gz, &gzlen, err,
-					    sizeof err);
+		mrc = pfs_pprof_merge_range(mi, n_in, 1u << 30, &rules, what, &shape, &gz, &gzlen,
+					    err, sizeof err);
 	}
-	if (mrc == PFS_MERGE_NOTHING) {
+	if (mrc == 0 && (shape.follows || shape.no_samples)) {
+		/* one snapshot (most merged/ files of a round or two): kept
+		 * here, no file (a cold export of 1000 services made 7000 files
+		 * and was 1.3x slower) */
+		m->rc = 0;
+		m->cur.bytes = gz;
+		m->cur.n_bytes = gzlen;
+		m->cur.size = (off_t)gzlen;
+		if (shape.follows) {
+			const struct pfs_snap_input *x = &in[src[shape.which]];
+			snprintf(m->cur.round, sizeof m->cur.round, "%s", x->round);
+			m->cur.file = strdup(x->file);
+			m->cur.size += (off_t)lens[shape.which];
+		}
+		m->cur.sig = m->sig;
+		gz = NULL;
+		pfs_debug("merged 1 snapshot into %s (no file)", what);
+	} else if (mrc == PFS_MERGE_NOTHING) {
 		m->rc = -ENODATA;
 	} else if (mrc == 0 && pfs_cache_publish(s->cluster->name, s->name, dir, file, gz, gzlen,
 						 m->cur.mtime, err, sizeof err) == 0) {
@@ -305,11 +298,9 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 		m->cur.sig = m->sig;
 		pfs_debug("merged %zu snapshots into %s", used, what);
 	} else {
-	failed:
 		m->rc = -EIO;
 		pfs_err("merge %s of %zu snapshots failed: %s", what, used, err);
 	}
-done:
 	for (size_t i = 0; i < n_in; i++)
 		free(bufs[i]);
 	free(bufs);
@@ -520,25 +511,23 @@ int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char
 	const struct result *res = result_of(m, version, &prev);
 	if (!res) {
 		rc = -ESTALE;
-	} else if (res->bytes) { /* a snapshot's bytes and these: a copy, prev goes */
-		if (res->file)
-			rc = pfs_cache_open(s->cluster->name, s->name, res->round, res->file);
-		if (rc >= 0 && (*tail = malloc(res->n_bytes))) {
+	} else if (res->bytes) { /* a snapshot's bytes and these (a copy: prev goes) */
+		if (res->file) {
+			*fd = pfs_cache_open(s->cluster->name, s->name, res->round, res->file);
+			rc = *fd < 0 ? *fd : 0;
+		}
+		if (!rc) {
+			*tail = malloc(res->n_bytes);
 			memcpy(*tail, res->bytes, res->n_bytes);
 			*tail_len = res->n_bytes;
 		}
 	} else {
 		dir_name(r, dir, sizeof dir);
 		file_name(key, prev, file, sizeof file);
-		rc = pfs_cache_open(s->cluster->name, s->name, dir, file);
+		*fd = pfs_cache_open(s->cluster->name, s->name, dir, file);
+		rc = *fd < 0 ? *fd : 0;
 	}
 	pthread_mutex_unlock(&m->lock);
-	if (rc > 0) {
-		*fd = rc;
-		rc = 0;
-	}
-	if (!rc && *fd < 0 && !*tail)
-		rc = -EIO; /* no memory for the copy */
 	return rc == -ENOENT ? -ESTALE : rc;
 }
 

@@ -8,9 +8,11 @@
 #include "mem.h"
 #include "merge.h"
 #include "pprof.h"
+#include "profile.pb-c.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
@@ -38,7 +40,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		};
 		for (int w = 0; w < 2; w++) {
 			const struct pfs_merge_rules rules = {.windows = w};
-			if (pfs_pprof_merge_range(snaps, 5, 64u << 20, &rules, "fuzz", &out, &outlen,
+			if (pfs_pprof_merge_range(snaps, 5, 64u << 20, &rules, "fuzz", NULL, &out, &outlen,
 						  err, sizeof err) == 0) {
 				if (pfs_pprof_validate_gz(out, outlen, 256u << 20, NULL, err, sizeof err))
 					abort(); /* a merge over time is valid too */
@@ -47,14 +49,36 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		}
 		/* one snapshot in range, as the daemon merges it: a validated one
 		 * (every input of the daemon's merges is), on its bytes */
-		for (int k = 0; k < 2; k++) {
+		for (int k = 0; k < 4; k++) {
 			const struct pfs_merge_rules rules = {0};
-			if (pfs_pprof_validate_gz(gz[k], gzlen[k], 64u << 20, NULL, err, sizeof err) ||
-			    pfs_pprof_merge_range(&snaps[k], 1, 64u << 20, &rules, "fuzz", &out, &outlen,
-						  err, sizeof err))
+			struct pfs_merge_shape shape;
+			if (pfs_pprof_validate_gz(gz[k % 2], gzlen[k % 2], 64u << 20, NULL, err,
+						  sizeof err) ||
+			    pfs_pprof_merge_range(&snaps[k % 2], 1, 64u << 20, &rules, "fuzz",
+						  k < 2 ? NULL : &shape, &out, &outlen, err, sizeof err))
 				continue;
-			if (pfs_pprof_validate_gz(out, outlen, 256u << 20, NULL, err, sizeof err))
-				abort();
+			if (k < 2 || !shape.follows) {
+				if (pfs_pprof_validate_gz(out, outlen, 256u << 20, NULL, err, sizeof err))
+					abort();
+			} else { /* the snapshot's bytes, then these: one profile */
+				uint8_t *a, *b;
+				size_t alen, blen;
+				if (pfs_gunzip(gz[k % 2], gzlen[k % 2], 64u << 20, &a, &alen, err,
+					       sizeof err) ||
+				    pfs_gunzip(out, outlen, 64u << 20, &b, &blen, err, sizeof err))
+					abort();
+				uint8_t *ab = malloc(alen + blen);
+				memcpy(ab, a, alen);
+				memcpy(ab + alen, b, blen);
+				struct Perftools__Profiles__Profile *p =
+					pfs_pprof_decode_raw(ab, alen + blen, err, sizeof err);
+				if (!p || p->n_comment < 1)
+					abort();
+				pfs_pprof_free(p);
+				free(ab);
+				pfs_gunzip_free(a, alen);
+				pfs_gunzip_free(b, blen);
+			}
 			free(out);
 		}
 		size_t used;
