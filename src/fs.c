@@ -467,6 +467,27 @@ static int node_doc(fuse_ino_t ino, char **copy, size_t *len, time_t *t)
 	return rc;
 }
 
+/* g_nodes_lock held: nd takes the name a lookup would give what it reads
+ * now (room made by node_ref), unless a live node has it already; one the
+ * kernel forgot gives it up. */
+static void node_rename(struct inode *nd, const char *name)
+{
+	struct inode *had = node_by_path(name), **pp;
+
+	if (had && !had->limbo_next)
+		return; /* a lookup made that node already */
+	if (had) {
+		limbo_out(had);
+		node_unlink_free(had);
+	}
+	for (pp = &g_by_path[hash_str(nd->path) % g_buckets]; *pp != nd; pp = &(*pp)->next_path)
+		;
+	*pp = nd->next_path;
+	strcpy(nd->path, name);
+	nd->next_path = g_by_path[hash_str(nd->path) % g_buckets];
+	g_by_path[hash_str(nd->path) % g_buckets] = nd;
+}
+
 /* g_nodes_lock held: an unbuilt merged/ node ("<file>\1n<n>") now reads
  * version v: it takes the name a lookup of that result gives
  * ("<file>\1<v>"), so a path stat'ed (which built it) and then opened
@@ -474,25 +495,12 @@ static int node_doc(fuse_ino_t ino, char **copy, size_t *len, time_t *t)
 static void node_rename_built(struct inode *nd, uint64_t v)
 {
 	char *pin = strchr(nd->path, PIN), name[1024];
-	struct inode **pp;
 
 	if (!pin || pin[1] != 'n')
 		return;
 	snprintf(name, sizeof name, "%.*s%c%016llx", (int)(pin - nd->path), nd->path, PIN,
 		 (unsigned long long)v);
-	struct inode *had = node_by_path(name);
-	if (had && !had->limbo_next)
-		return; /* a lookup made that node already */
-	if (had) { /* one the kernel forgot: this one takes its name */
-		limbo_out(had);
-		node_unlink_free(had);
-	}
-	for (pp = &g_by_path[hash_str(nd->path) % g_buckets]; *pp != nd; pp = &(*pp)->next_path)
-		;
-	*pp = nd->next_path;
-	strcpy(pin, name + (pin - nd->path)); /* room made by node_ref */
-	nd->next_path = g_by_path[hash_str(nd->path) % g_buckets];
-	g_by_path[hash_str(nd->path) % g_buckets] = nd;
+	node_rename(nd, name);
 }
 
 /* A latest/ node looked up before its round was known (a listed kind's
@@ -511,27 +519,19 @@ static int resolve_latest(struct loc *l, int flags)
 		return rc;
 	pthread_mutex_lock(&g_nodes_lock);
 	struct inode *nd = node_by_ino(l->ino);
-	char *at = nd ? strstr(nd->path, LATEST_AT "/") : NULL;
-	if (at) { /* first use: rename it (room made by node_ref) */
+	char *at = nd ? strstr(nd->path, LATEST_AT) : NULL;
+	if (at && at[strlen(LATEST_AT)] == '/') { /* first use: the round's name */
 		char name[1024];
-		struct inode **pp;
 		snprintf(name, sizeof name, "%.*s%s%s%s", (int)(at - nd->path), nd->path, LATEST_AT,
 			 round, at + strlen(LATEST_AT));
-		for (pp = &g_by_path[hash_str(nd->path) % g_buckets]; *pp != nd; pp = &(*pp)->next_path)
-			;
-		*pp = nd->next_path;
-		strcpy(nd->path, name);
-		nd->next_path = g_by_path[hash_str(nd->path) % g_buckets];
-		g_by_path[hash_str(nd->path) % g_buckets] = nd;
-		at = NULL;
+		node_rename(nd, name);
+		snprintf(l->round, sizeof l->round, "%s", round);
+	} else if (at) { /* the round an earlier use named it by */
+		at += strlen(LATEST_AT);
+		snprintf(l->round, sizeof l->round, "%.*s", (int)strcspn(at, "/"), at);
 	}
-	/* the round it reads: its name's (another use may have renamed it) */
-	char *named = nd ? strstr(nd->path, LATEST_AT) : NULL;
-	if (named)
-		snprintf(l->round, sizeof l->round, "%.*s", (int)strcspn(named + strlen(LATEST_AT), "/"),
-			 named + strlen(LATEST_AT));
 	pthread_mutex_unlock(&g_nodes_lock);
-	if (!named || !l->round[0])
+	if (!l->round[0])
 		return -ESTALE;
 	l->slot = pfs_snap_file_index(l->service, l->file);
 	return 0;
@@ -831,7 +831,6 @@ static int list_range(struct loc *l, int flags, bool quiet, struct listing *d)
 	return 0;
 }
 
-/* Without wait: -EAGAIN (the listing is dropped) while fetches run. */
 /* A service listed (its round is in): its merged/ files are built on
  * the workers meanwhile, so the rsync or cp -r that lists it finds them
  * ready when it reaches merged/ (it copies latest/ and <time>/ first). */
@@ -846,6 +845,7 @@ static void prebuild_merged(struct pfs_service *s)
 	free(keys);
 }
 
+/* Without wait: -EAGAIN (the listing is dropped) while fetches run. */
 static int list_dir(struct loc *l, int flags, bool quiet, struct listing *d)
 {
 	char name[512];
@@ -1154,18 +1154,15 @@ static void reply_read(fuse_req_t req, struct handle *h, size_t size, off_t off)
 	/* a plain pread: profiles are small, splicing them costs more */
 	char *buf = malloc(size ? size : 1);
 	ssize_t n = 0;
-	size_t from_fd = size;
-	if (h->tail) /* the fd's part first, then the tail's */
-		from_fd = off >= h->fd_len ? 0 : (size_t)(h->fd_len - off) < size
-							? (size_t)(h->fd_len - off)
-							: size;
-	if (from_fd && h->fd >= 0)
+	/* the fd's part (all of it without a tail), then the tail's */
+	size_t from_fd = !h->tail ? size : off >= h->fd_len ? 0 : (size_t)(h->fd_len - off);
+	from_fd = from_fd < size ? from_fd : size;
+	if (from_fd)
 		do
 			n = pread(h->fd, buf, from_fd, off);
 		while (n < 0 && errno == EINTR);
-	if (n >= 0 && h->tail && (size_t)n == from_fd && size > from_fd) {
-		off_t t = off + n - h->fd_len;
-		size_t m = (size_t)t >= h->tail_len ? 0 : h->tail_len - (size_t)t;
+	if (h->tail && n == (ssize_t)from_fd && from_fd < size) { /* off + n >= fd_len */
+		size_t t = (size_t)(off + n - h->fd_len), m = t < h->tail_len ? h->tail_len - t : 0;
 		m = m < size - (size_t)n ? m : size - (size_t)n;
 		if (m)
 			memcpy(buf + n, h->tail + t, m);
