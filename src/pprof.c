@@ -155,6 +155,23 @@ static uint64_t location_id(const void *t, size_t i)
 	return ((Perftools__Profiles__Location *const *)t)[i]->id;
 }
 
+/* The sorted ids of a table of `what`s (sorted_ids), each nonzero and
+ * once; -1 and why in err if not. */
+static int table_ids(const char *what, size_t n, uint64_t (*id)(const void *, size_t),
+		     const void *tab, uint64_t **ids, char *err, size_t errlen)
+{
+	uint64_t bad;
+	bool zero;
+
+	*ids = sorted_ids(n, id, tab, &bad, &zero);
+	if (zero)
+		snprintf(err, errlen, "profile.proto: a %s has the reserved id 0", what);
+	else if (bad)
+		snprintf(err, errlen, "profile.proto: multiple %ss with id %llu", what,
+			 (unsigned long long)bad);
+	return zero || bad ? -1 : 0;
+}
+
 /* What google/pprof's parser (profile/encode.go postDecode: every string
  * index in the table) and Profile.CheckValid (ids nonzero and unique,
  * every sample's locations and every line's function there) require, so
@@ -162,8 +179,7 @@ static uint64_t location_id(const void *t, size_t i)
 static int check_profile(const Perftools__Profiles__Profile *p, char *err, size_t errlen)
 {
 	int64_t nstr = (int64_t)p->n_string_table;
-	uint64_t *mids = NULL, *fids = NULL, *lids = NULL, bad;
-	bool zero;
+	uint64_t *mids = NULL, *fids = NULL, *lids = NULL;
 	int rc = -1;
 #define STR_OK(x) ((x) >= 0 && (x) < nstr)
 #define FAIL(...) do { snprintf(err, errlen, "profile.proto: " __VA_ARGS__); goto out; } while (0)
@@ -182,30 +198,21 @@ static int check_profile(const Perftools__Profiles__Profile *p, char *err, size_
 	for (size_t i = 0; i < p->n_comment; i++)
 		if (!STR_OK(p->comment[i]))
 			FAIL("comment %zu string index %lld out of range", i, (long long)p->comment[i]);
-	mids = sorted_ids(p->n_mapping, mapping_id, p->mapping, &bad, &zero);
-	if (zero)
-		FAIL("a mapping has the reserved id 0");
-	if (bad)
-		FAIL("multiple mappings with id %llu", (unsigned long long)bad);
+	if (table_ids("mapping", p->n_mapping, mapping_id, p->mapping, &mids, err, errlen))
+		goto out;
 	for (size_t i = 0; i < p->n_mapping; i++)
 		if (!STR_OK(p->mapping[i]->filename) || !STR_OK(p->mapping[i]->build_id))
 			FAIL("mapping %llu string index out of range",
 			     (unsigned long long)p->mapping[i]->id);
-	fids = sorted_ids(p->n_function, function_id, p->function, &bad, &zero);
-	if (zero)
-		FAIL("a function has the reserved id 0");
-	if (bad)
-		FAIL("multiple functions with id %llu", (unsigned long long)bad);
+	if (table_ids("function", p->n_function, function_id, p->function, &fids, err, errlen))
+		goto out;
 	for (size_t i = 0; i < p->n_function; i++) {
 		const Perftools__Profiles__Function *f = p->function[i];
 		if (!STR_OK(f->name) || !STR_OK(f->system_name) || !STR_OK(f->filename))
 			FAIL("function %llu string index out of range", (unsigned long long)f->id);
 	}
-	lids = sorted_ids(p->n_location, location_id, p->location, &bad, &zero);
-	if (zero)
-		FAIL("a location has the reserved id 0");
-	if (bad)
-		FAIL("multiple locations with id %llu", (unsigned long long)bad);
+	if (table_ids("location", p->n_location, location_id, p->location, &lids, err, errlen))
+		goto out;
 	for (size_t i = 0; i < p->n_location; i++) {
 		const Perftools__Profiles__Location *l = p->location[i];
 		for (size_t j = 0; j < l->n_line; j++)
