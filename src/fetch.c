@@ -90,8 +90,6 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *arg)
 	return size * nmemb;
 }
 
-/* An easy handle for f: the same options whether the multi thread runs it
- * or pfs_fetch_run() does. */
 /* What of t and url is secret: masked in every log line and in
  * .status.json from before the request goes out (an answer may echo it). */
 static void register_secrets(const struct pfs_target *t, const char *url)
@@ -115,6 +113,8 @@ static void register_secrets(const struct pfs_target *t, const char *url)
 	}
 }
 
+/* An easy handle for f: the same options whether the multi thread runs it
+ * or pfs_fetch_run() does. */
 static CURL *make_easy(struct pfs_fetch *f)
 {
 	const struct pfs_target *t = f->target;
@@ -204,9 +204,9 @@ void pfs_http_error(char *out, size_t outlen, long status, const uint8_t *body, 
 	if (len)
 		memcpy(head, body, len);
 	head[len] = '\0';
-	len = strnlen(head, len);
+	bool binary = memchr(head, '\0', len) != NULL; /* shown as none, as below */
 	pfs_secret_mask(head);
-	len = strlen(head);
+	len = binary ? 0 : strlen(head);
 	for (size_t i = 0; i < len && n < 120; i++) {
 		uint8_t c = (uint8_t)head[i];
 		if (c == '\n' || c == '\r')

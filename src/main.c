@@ -149,8 +149,6 @@ static void version(void)
 	       protobuf_c_version(), nats_GetVersion());
 }
 
-/* The session from mount to unmount; 0 on a clean stop (fusermount -u,
- * SIGTERM, SIGINT, SIGHUP). */
 /* The file descriptors there are: the soft limit raised to the hard one
  * (a login shell's and systemd's default soft limit is 1024). */
 static size_t files_limit(void)
@@ -169,6 +167,8 @@ static size_t files_limit(void)
 									   : (size_t)rl.rlim_cur;
 }
 
+/* The session from mount to unmount; 0 on a clean stop (fusermount -u,
+ * SIGTERM, SIGINT, SIGHUP). */
 static int serve(struct pfs_config *cfg, const char *config_path, struct fuse_args *args,
 		 struct fuse_cmdline_opts *opts)
 {

@@ -296,8 +296,7 @@ bool pfs_s3_error_text(const uint8_t *body, size_t len, char *out, size_t outlen
 	struct error_doc e = {0};
 	char err[128];
 
-	if (!body || len == 0 || len > (1u << 16) || /* an empty answer: no <Error> */
-	    read_xml((const char *)body, len, on_error_end, &e, err, sizeof err) ||
+	if (len > (1u << 16) || read_xml((const char *)body, len, on_error_end, &e, err, sizeof err) ||
 	    !e.is_error || !e.code[0])
 		return false;
 	printable(e.code);

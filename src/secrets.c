@@ -66,7 +66,7 @@ static void add_decoded(const char *s, size_t len)
 
 	for (size_t i = 0; i < len; i++) {
 		unsigned hi, lo;
-		if (s[i] == '%' && i + 2 < len + 0 && sscanf(s + i + 1, "%1x%1x", &hi, &lo) == 2) {
+		if (s[i] == '%' && i + 2 < len && sscanf(s + i + 1, "%1x%1x", &hi, &lo) == 2) {
 			d[o++] = (char)(hi << 4 | lo);
 			i += 2;
 			differs = true;
