@@ -165,6 +165,26 @@ def nats_servers(tmp_path):
         s.stop()
 
 
+def read_in_thread(path):
+    """Start reading path in a thread (a slow or hostile target's file):
+    (thread, result); result gets "errno" (None if the read worked) and
+    "took" (seconds) when it ends."""
+    import threading
+    result = {}
+
+    def read():
+        t0 = time.monotonic()
+        try:
+            Path(path).read_bytes()
+            result["errno"] = None
+        except OSError as e:
+            result["errno"] = e.errno
+        result["took"] = time.monotonic() - t0
+    th = threading.Thread(target=read)
+    th.start()
+    return th, result
+
+
 def wait_for(pred, timeout=10.0, what="condition"):
     end = time.monotonic() + timeout
     while time.monotonic() < end:

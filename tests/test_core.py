@@ -5,12 +5,11 @@ import os
 import re
 import shutil
 import subprocess
-import threading
 import time
 
 import pytest
 
-from conftest import PROFILES, config_for, pprof_top
+from conftest import PROFILES, config_for, pprof_top, read_in_thread
 
 TIME_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
@@ -158,26 +157,14 @@ def test_slow_target_does_not_block_other_paths(goapp, mount):
     app = goapp()
     m = mount(config_for({"stuck": {"targets": [app.fault("slow")], "timeout": 3},
                           "fine": [app.base]}))
-    result = {}
-
-    def read_stuck():
-        t0 = time.monotonic()
-        try:
-            (m.path / "local/stuck/latest/heap.pb.gz").read_bytes()
-            result["err"] = None
-        except OSError as e:
-            result["err"] = e.errno
-        result["took"] = time.monotonic() - t0
-
-    th = threading.Thread(target=read_stuck)
-    th.start()
+    th, result = read_in_thread(m.path / "local/stuck/latest/heap.pb.gz")
     time.sleep(0.3)
     t0 = time.monotonic()
     assert (m.path / "local/fine/latest/heap.pb.gz").read_bytes()[:2] == b"\x1f\x8b"
     os.listdir(m.path / "local")
     assert time.monotonic() - t0 < 2.0, "a slow target blocked another path"
     th.join(timeout=15)
-    assert result["err"] == errno.EIO
+    assert result["errno"] == errno.EIO
     assert 2.5 < result["took"] < 6.0, result
     errs = m.error_lines()
     assert len(errs) == 1 and "timed out" in errs[0].lower(), errs

@@ -2,12 +2,11 @@
 clear reason, quickly, with memory bounded by the config, and without
 holding up anything else."""
 import os
-import threading
 import time
 
 import pytest
 
-from conftest import BUILD, config_for, wait_for
+from conftest import BUILD, config_for, read_in_thread, wait_for
 from fakes.hostile import Hostile, gzip_bomb
 
 ASAN = "asan" in str(BUILD)
@@ -72,18 +71,7 @@ def test_gzip_bomb_is_cut_short_and_stalls_nothing(goapp, mount, bomb):
                               "fine": {"targets": [app.base], "profiles": ["heap", "goroutine"]}},
                              max_profile_raw_bytes=64 << 20))
         base_rss = rss_mb(m.proc.pid)
-        res = {}
-
-        def read_bomb():
-            t0 = time.monotonic()
-            try:
-                (m.path / "local/bomb/latest/heap.pb.gz").read_bytes()
-            except OSError as e:
-                res["errno"] = e.errno
-            res["took"] = time.monotonic() - t0
-
-        th = threading.Thread(target=read_bomb)
-        th.start()
+        th, res = read_in_thread(m.path / "local/bomb/latest/heap.pb.gz")
         t0 = time.monotonic()
         for name in ("heap", "goroutine"):
             assert (m.path / f"local/fine/latest/{name}.pb.gz").read_bytes()[:2] == b"\x1f\x8b"

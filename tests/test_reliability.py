@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import config_for, pprof_top, wait_for
+from conftest import config_for, pprof_top, read_in_thread, wait_for
 
 
 def timed(fn):
@@ -204,17 +204,7 @@ def test_slowloris_target_is_cut_at_the_timeout(goapp, mount):
                                        "timeout": 2},
                               "fine": {"targets": [app.base], "profiles": ["heap", "goroutine"]}},
                              retry_after=60))
-        res = {}
-
-        def read_slow():
-            t0 = time.monotonic()
-            try:
-                (m.path / "local/slow/latest/heap.pb.gz").read_bytes()
-            except OSError as e:
-                res["errno"] = e.errno
-            res["took"] = time.monotonic() - t0
-        th = threading.Thread(target=read_slow)
-        th.start()
+        th, res = read_in_thread(m.path / "local/slow/latest/heap.pb.gz")
         time.sleep(0.3)
         t0 = time.monotonic()
         for f in ("heap", "goroutine"):
@@ -232,7 +222,6 @@ def test_a_full_cache_filesystem_is_eio_and_recovers(goapp, mount, tmp_path):
     """The cache on a full filesystem: EIO with "No space left on device" in
     its one line, nothing half-written shown; once there is room again the
     next read works."""
-    import shutil
     import subprocess
     cache = tmp_path / "small"
     cache.mkdir()

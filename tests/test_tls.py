@@ -6,13 +6,12 @@ import json
 import os
 import ssl
 import subprocess
-import threading
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from conftest import config_for
+from fakes.base import FakeServer, Handler
 
 
 def openssl(*args, cwd):
@@ -41,37 +40,23 @@ def pki(tmp_path):
     return d
 
 
-class Https:
+class Https(FakeServer):
     """An https pprof target: the bytes of a real Go heap profile for any
     path; with client_ca, a client certificate it signed is required."""
+    class handler(Handler):
+        def do_GET(self):
+            self.fake.calls.append(self.path)
+            self.reply(200, self.fake.body, "application/octet-stream")
+
     def __init__(self, pki, body, client_ca=False):
-        fake = self
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                fake.calls += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "application/octet-stream")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-        self.calls = 0
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.body = body
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(pki / "server.pem", pki / "server.key")
         if client_ca:
             ctx.verify_mode = ssl.CERT_REQUIRED
             ctx.load_verify_locations(pki / "ca.pem")
-        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
-        self.url = f"https://127.0.0.1:{self.server.server_address[1]}/debug/pprof"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(tls=ctx)
+        self.url += "/debug/pprof"
 
 
 def heap_of(goapp):

@@ -23,11 +23,15 @@ class Handler(BaseHTTPRequestHandler):
 class FakeServer:
     handler = Handler
 
-    def __init__(self):
+    def __init__(self, tls=None):
+        """tls: an ssl.SSLContext to serve https with."""
         self.mode, self.calls = "ok", []
         h = type("H", (self.handler,), {"fake": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), h)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        if tls:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        scheme = "https" if tls else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self):
