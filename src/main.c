@@ -1,15 +1,17 @@
 /* profilefs: command line, mount, and the FUSE loop. */
-#include "config.h"
-#include "discovery.h"
-#include "fetch.h"
-#include "fs.h"
-#include "log.h"
-#include "snap.h"
-#include "upload.h"
-
-#include "cache.h"
-#include "mem.h"
-#include "work.h"
+#include "config/config.h"
+#include "discovery/discovery.h"
+#include "fs/fs.h"
+#include "lib/cache.h"
+#include "lib/fetch.h"
+#include "lib/log.h"
+#include "lib/mem.h"
+#include "lib/work.h"
+#include "merged/merged.h"
+#include "registry/registry.h"
+#include "s3/upload.h"
+#include "snap/snap.h"
+#include "source/source.h"
 
 #include <curl/curl.h>
 #include <fuse_lowlevel.h>
@@ -27,6 +29,21 @@
 #include <zlib.h>
 
 #define EXIT_USAGE 2
+
+/* What a lower room tells a higher one goes through a hook wired here
+ * (calls go down only; README, Layout): the registry asks the sources to
+ * look for a service it does not know and tells the index of one added;
+ * the index tells the uploader of a settled round. fs.c wires its own. */
+static void discover_unknown(struct pfs_cluster *c)
+{
+	pfs_source_refresh(c, 5);
+}
+
+static void wire_hooks(void)
+{
+	pfs_registry_set_hooks(pfs_snap_service_init, discover_unknown);
+	pfs_snap_set_settled_hook(pfs_upload_round);
+}
 
 struct cli {
 	char *config;
@@ -429,8 +446,11 @@ static int run(struct cli *cli, struct fuse_args *args)
 	} else if (log_target(cli, &cfg, opts.foreground)) {
 		rc = EXIT_USAGE;
 	} else {
+		wire_hooks();
 		rc = serve(&cfg, cli->config, args, &opts);
 	}
+	pfs_sources_free(); /* first: their threads may still finish jobs */
+	pfs_merged_free();
 	pfs_snap_free(&cfg);
 	pfs_cache_close();
 	pfs_config_free(&cfg);

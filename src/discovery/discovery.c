@@ -2,13 +2,13 @@
  * threads, and the mapping of their label sets to services and targets. */
 #include "discovery.h"
 
-#include "confparse.h"
-#include "log.h"
-#include "names.h"
+#include "lib/confparse.h"
+#include "lib/log.h"
+#include "lib/names.h"
 #include "sd.h"
-#include "snap.h"
-#include "source.h"
-#include "status.h"
+#include "snap/snap.h"
+#include "source/source.h"
+#include "lib/names.h"
 
 #include <pthread.h>
 #include <regex.h>
@@ -378,7 +378,7 @@ static struct pfs_service *known_service(struct pfs_cluster *c, const char *upst
 	struct pfs_service *s;
 
 	pfs_name_stable(upstream, name, sizeof name);
-	s = pfs_config_service(c, name);
+	s = pfs_registry_service(c, name);
 	return s && strcmp(s->upstream, upstream) == 0 ? s : NULL;
 }
 
@@ -545,7 +545,7 @@ static void apply(struct pfs_discovery *d)
 		struct pfs_service *s = known_service(c, m.groups[g].service);
 		size_t a, o;
 		if (!s) {
-			s = pfs_cluster_add_discovered(c, m.groups[g].service);
+			s = pfs_registry_add_discovered(c, m.groups[g].service);
 			n_made++;
 		}
 		pfs_snap_set_targets(s, m.groups[g].targets, m.groups[g].n, &a, &o);
@@ -554,7 +554,7 @@ static void apply(struct pfs_discovery *d)
 		free(m.groups[g].targets);
 	}
 	struct pfs_service **svcs;
-	size_t n_svcs = pfs_cluster_services(c, &svcs);
+	size_t n_svcs = pfs_registry_services(c, &svcs);
 	for (size_t i = 0; i < n_svcs; i++)
 		if (!group_find(&m, svcs[i]->upstream)) { /* every instance gone: its snapshots stay */
 			size_t a, o;
@@ -758,9 +758,9 @@ json_t *pfs_discovery_status(struct pfs_cluster *c)
 		struct pfs_sd *sd = &d->sds[i];
 		json_array_append_new(mech, json_pack(
 			"{s:s, s:I, s:o, s:s?, s:o}", "source", sd->source, "targets",
-			(json_int_t)sd->set.n, "last_refresh", pfs_status_time(sd->last_refresh), "last_error",
+			(json_int_t)sd->set.n, "last_refresh", pfs_name_time_json(sd->last_refresh), "last_error",
 			sd->last_error[0] ? sd->last_error : NULL, "last_error_at",
-			pfs_status_time(sd->last_error_at)));
+			pfs_name_time_json(sd->last_error_at)));
 	}
 	out = json_pack("{s:s, s:o, s:I, s:I, s:O, s:I, s:O}", "cluster", c->name, "mechanisms",
 			mech, "services", (json_int_t)d->n_services, "n_discovered",

@@ -4,7 +4,7 @@
  * keeps the last good one. Each target gets __meta_url. */
 #include "sd.h"
 
-#include "source.h"
+#include "source/source.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -19,9 +19,9 @@
  * inside a pod, its service account. */
 #include "sd.h"
 
-#include "fetch.h"
-#include "log.h"
-#include "names.h"
+#include "lib/fetch.h"
+#include "lib/log.h"
+#include "lib/names.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -352,7 +352,7 @@ static void pod_targets(const struct kube *k, json_t *pod, struct pfs_sd_set *se
 	}
 }
 
-void pfs_kube_pod_labels(const char *json, size_t len, size_t n_namespaces, struct pfs_sd_set *out)
+void pfs_sd_kube_pod_labels(const char *json, size_t len, size_t n_namespaces, struct pfs_sd_set *out)
 {
 	struct kube k = {.n_ns = n_namespaces};
 	json_error_t je;

@@ -3,7 +3,7 @@
 #ifndef PFS_SD_H
 #define PFS_SD_H
 
-#include "confparse.h"
+#include "lib/confparse.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -39,7 +39,7 @@ int pfs_sd_parse_groups(const char *text, size_t len, const char *meta, const ch
 
 /* The label sets one Kubernetes pod (JSON) yields, as the watch makes
  * them (for the fuzzer); n_namespaces as configured. */
-void pfs_kube_pod_labels(const char *json, size_t len, size_t n_namespaces, struct pfs_sd_set *out);
+void pfs_sd_kube_pod_labels(const char *json, size_t len, size_t n_namespaces, struct pfs_sd_set *out);
 
 struct pfs_sd; /* one mechanism of one cluster, run by discovery.c */
 

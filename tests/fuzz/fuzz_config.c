@@ -1,7 +1,7 @@
 /* libFuzzer: the JSON config loader. Any bytes: an error line or a config
  * that frees cleanly; never a crash, a leak or undefined behaviour. */
-#include "config.h"
-#include "log.h"
+#include "config/config.h"
+#include "lib/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
 /* libFuzzer: one source kind's decoder (KIND) on an upstream answer, then
  * the validation every fetch gets; built once per kind. */
-#include "config.h"
-#include "mem.h"
-#include "pprof.h"
-#include "source.h"
+#include "config/config.h"
+#include "lib/mem.h"
+#include "lib/pprof.h"
+#include "source/source.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * target group document (file_sd, http_sd) and as a Kubernetes pod (the
  * watch's objects): label sets or an error; never a crash, a leak or
  * undefined behaviour, and every label set has bounded values. */
-#include "../../src/discovery/sd.h"
+#include "discovery/sd.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 		abort(); /* a failure says why */
 	pfs_sd_set_free(&set);
 	for (size_t ns = 0; ns < 2; ns++) {
-		pfs_kube_pod_labels((const char *)data, size, ns, &set);
+		pfs_sd_kube_pod_labels((const char *)data, size, ns, &set);
 		check(&set);
 		pfs_sd_set_free(&set);
 	}

@@ -5,9 +5,9 @@
  * a again (a restart, or stacks that come and go: differences of every
  * shape), another's base b then a (a type missing from one, stacks
  * reordered), by Go's rules and as API windows. */
-#include "mem.h"
-#include "merge.h"
-#include "pprof.h"
+#include "lib/mem.h"
+#include "lib/merge.h"
+#include "lib/pprof.h"
 #include "profile.pb-c.h"
 
 #include <stdbool.h>

@@ -1,6 +1,6 @@
 /* libFuzzer: the pprof codec on upstream bytes, gzip'd or raw. */
-#include "mem.h"
-#include "pprof.h"
+#include "lib/mem.h"
+#include "lib/pprof.h"
 
 #include <stdlib.h>
 

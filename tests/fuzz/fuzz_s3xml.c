@@ -1,8 +1,8 @@
 /* libFuzzer: S3's XML answers (ListBucketResult pages, Error documents),
  * as hostile bytes from a bucket's server; and any non-200 body as the
  * error line gets it (no body at all is NULL, as curl leaves it). */
-#include "fetch.h"
-#include "s3xml.h"
+#include "lib/fetch.h"
+#include "lib/s3xml.h"
 
 #include <stdint.h>
 #include <stdlib.h>
