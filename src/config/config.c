@@ -101,7 +101,7 @@ static const char **kind_keys(const struct pfs_source_ops *src)
 	static const char *const windows[] = {"window", "range", NULL};
 	static const char *const settings[] = {"kind", PFS_CONF_SETTING_KEYS, NULL};
 	const char *const *lists[] = {settings, src->discover ? api : pprof,
-				      src->windows ? windows : NULL, src->keys};
+				      src->rounds == PFS_ROUNDS_WINDOW ? windows : NULL, src->keys};
 	size_t n = 0;
 	const char **out = calloc(64, sizeof *out);
 
@@ -152,7 +152,7 @@ static int parse_api(struct pfs_parser *p, json_t *obj, const char *where,
 	a->discover_every = 60;
 	if (pfs_conf_duration(p, obj, "discover_every", field, 0, PFS_DAY, &a->discover_every))
 		return -1;
-	if (!c->src->windows) {
+	if (c->src->rounds != PFS_ROUNDS_WINDOW) {
 		a->window = 0;
 		goto own_keys;
 	}

@@ -44,7 +44,7 @@
  * held by the node). What a file node reads never changes, so the kernel
  * may read it by inode without an open (no_open) and keep its pages. */
 #define PIN '\1'
-#define DIR_TIMEOUT 1.0   /* entry and attr timeout of windows still fetched */
+#define DIR_TIMEOUT PFS_SNAP_CLOCK   /* entry and attr timeout of windows still fetched */
 #define FROZEN_TIMEOUT 86400.0 /* of what never changes: directories, rounds and
 				* their files (retention's removal invalidates them) */
 
@@ -223,7 +223,7 @@ static int parse_path(const char *path, struct loc *l)
 			if (l->node == N_LATEST) {
 				/* a listed kind's (s3) names come with its listing */
 				if ((l->slot = pfs_snap_file_index(l->service, part)) < 0 &&
-				    !l->service->cluster->src->list)
+				    !pfs_snap_names_listed(l->service))
 					return -ENOENT;
 				l->node = N_LATEST_FILE;
 			} else {
@@ -661,8 +661,7 @@ static int attr_of(struct loc *l, int flags, bool lookup, struct stat *st, doubl
 		/* a scrape round found has a file and no fetch in flight: its
 		 * time is fixed (retention's removal invalidates it); a window
 		 * once every fetch of it is done */
-		if (!rc && (l->service->cluster->src->windows || l->service->cluster->src->list) &&
-		    !pfs_snap_round_frozen(l->service, l->round))
+		if (!rc && pfs_snap_round_may_change(l->service, l->round))
 			*timeout = DIR_TIMEOUT;
 		break;
 	case N_STATUS: {
@@ -865,7 +864,7 @@ static int list_dir(struct loc *l, int flags, bool quiet, struct listing *d)
 		n = pfs_registry_services(l->cluster, &svcs);
 		/* a bucket's tree (s3) that could never be listed is no empty
 		 * tree: an rsync --delete of it would delete everything */
-		if (failed && n == 0 && l->cluster->src->list) {
+		if (failed && n == 0 && l->cluster->src->tree_listed) {
 			free(svcs);
 			return -EIO;
 		}
@@ -959,41 +958,27 @@ static bool listing_due(struct loc *l, double *timeout)
 			due = left <= 0;
 			*timeout = min_d(*timeout, left);
 		}
-		/* windows and listed kinds are fetched when read */
-		if (due || c->src->windows || c->src->list)
-			return due;
 		size_t n = pfs_registry_services(c, &svcs);
-		for (size_t i = 0; i < n && !due; i++) {
-			double v = pfs_snap_latest_valid(svcs[i]);
-			due = v <= 0 || !pfs_snap_latest_settled(svcs[i]);
-			*timeout = min_d(*timeout, v);
-		}
+		for (size_t i = 0; i < n && !due; i++)
+			due = pfs_snap_listing_due(svcs[i], PFS_SNAP_DIR_CLUSTER, NULL, timeout) > 0;
 		free(svcs);
 		return due;
 	}
 	case N_SERVICE:
+		return pfs_snap_listing_due(l->service, PFS_SNAP_DIR_SERVICE, NULL, timeout) > 0;
 	case N_LATEST:
-		if (l->service->cluster->src->windows) {
-			*timeout = DIR_TIMEOUT; /* windows come and go with the clock */
-			return l->node == N_LATEST;
-		}
-		*timeout = min_d(*timeout, pfs_snap_latest_valid(l->service));
-		return *timeout <= 0 || !pfs_snap_latest_settled(l->service);
+		return pfs_snap_listing_due(l->service, PFS_SNAP_DIR_LATEST, NULL, timeout) > 0;
 	case N_ROUND:
-	case N_RANGE:
-		/* listing windows fetches them: only a listing does */
-		if (l->service->cluster->src->windows)
-			return true;
-		if (l->node == N_ROUND && l->service->cluster->src->list) /* until final */
-			return !pfs_snap_round_frozen(l->service, l->round);
-		if (l->node == N_RANGE) { /* until a file's last input leaves the range
-					   * (arrivals: merged_changed) */
-			*timeout = min_d(*timeout, pfs_merged_listing_valid(l->service, l->range));
-			/* a file with no input yet: listing fetches it */
-			return !pfs_snap_latest_settled(l->service) &&
-			       !range_complete(l->service, l->range);
-		}
-		return false;
+		return pfs_snap_listing_due(l->service, PFS_SNAP_DIR_ROUND, l->round, timeout) > 0;
+	case N_RANGE: {
+		int due = pfs_snap_listing_due(l->service, PFS_SNAP_DIR_RANGE, NULL, timeout);
+		if (due >= 0)
+			return due;
+		/* until a file's last input leaves the range (arrivals:
+		 * merged_changed); a file with no input yet: listing fetches it */
+		*timeout = min_d(*timeout, pfs_merged_listing_valid(l->service, l->range));
+		return !pfs_snap_latest_settled(l->service) && !range_complete(l->service, l->range);
+	}
 	default:
 		return false;
 	}

@@ -261,7 +261,7 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 				 used ? "" : ", so no such file");
 	} else {
 		struct rule_arg ra = {s, NULL};
-		struct pfs_merge_rules rules = {.windows = s->cluster->src->windows};
+		struct pfs_merge_rules rules = {.windows = pfs_snap_windows(s)};
 		for (size_t i = 0; i < s->n_files && !ra.f; i++)
 			if (strcmp(s->files[i].merge_key, key) == 0)
 				ra.f = &s->files[i];
@@ -345,7 +345,7 @@ static double valid_for(const struct pfs_service *s, const struct pfs_range *r,
 {
 	double left = (double)m->oldest + r->seconds - (double)time(NULL) - 1;
 
-	return s->cluster->src->windows || m->rc || left < 0 ? 0 : left;
+	return pfs_snap_windows(s) || m->rc || left < 0 ? 0 : left;
 }
 
 /* What stat_ex may do: only look (a lookup: no waiting, no building),

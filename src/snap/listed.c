@@ -1,7 +1,7 @@
-/* Listed kinds (source.h `list`, kind s3): a service's rounds and each
- * round's files are what the upstream lists, not scrapes or windows.
- * Listings run through the source, asynchronously, and answer with
- * pfs_snap_listed(); the first one is waited for, later ones (after
+/* The listed round policy (source.h `list`, kind s3): a service's rounds
+ * and each round's files are what the upstream lists, not scrapes or
+ * windows. Listings run through the source, asynchronously, and answer
+ * with listed(); the first one is waited for, later ones (after
  * list_ttl) run while the last answer is served. A round is shown once
  * complete (a .complete marker, a newer round, or older than settle), a
  * file's size is the listed one until it is fetched (when opened, with
@@ -21,7 +21,7 @@
 #define MAX_LISTED_FILES 1024 /* names per service */
 #define LIST_WAIT_FACTOR 4    /* a listing of pages: up to 4 timeouts */
 
-double listed_wait(const struct pfs_service *s)
+static double listed_wait(const struct pfs_service *s)
 {
 	return s->cluster->api.target.timeout * LIST_WAIT_FACTOR + 5;
 }
@@ -96,14 +96,19 @@ static void learn_listed(const char *file, void *arg)
 		listed_file(arg, file);
 }
 
-void listed_learn_round(const char *cluster, const char *service, const char *round,
-			       void *arg)
+static void learn_round(const char *cluster, const char *service, const char *round,
+			void *arg)
 {
 	pfs_cache_files(cluster, service, round, learn_listed, arg);
 }
 
-/* A slot the upstream lists (or that is on disk already). */
-bool listed_present(const struct slot *sl)
+/* The names of the files an earlier mount stored. */
+static void learn(struct pfs_service *s)
+{
+	pfs_cache_rounds(s->cluster->name, s->name, learn_round, s);
+}
+
+bool snap_listed_present(const struct slot *sl)
 {
 	return sl->st == SLOT_READY || (sl->listed > 0 && sl->st != SLOT_ABSENT && sl->st != SLOT_EMPTY);
 }
@@ -114,16 +119,20 @@ static bool rounds_busy(const struct pfs_service *s, const struct round *r, int 
 	return s->state->listing;
 }
 
-bool listed_files_busy(const struct pfs_service *s, const struct round *r, int slot)
+static bool files_busy(const struct pfs_service *s, const struct round *r, int slot)
 {
 	(void)s, (void)slot;
 	return r->listing;
 }
 
+static bool final(const struct pfs_service *s, const struct round *r);
+static void listed(struct pfs_service *s, const char *round, const struct pfs_listed *e,
+		   size_t n, const char *err);
+
 /* Start listing the rounds (r NULL) or r's files, if that is due: never
  * listed, older than list_ttl, failed longer than retry_after ago. A
  * round listed once it was older than settle is final. */
-void listed_start(struct pfs_service *s, struct round *r, time_t now, int flags)
+static void start_listing(struct pfs_service *s, struct round *r, time_t now, int flags)
 {
 	struct pfs_svc_state *st = s->state;
 	const struct pfs_api *a = &s->cluster->api;
@@ -133,7 +142,7 @@ void listed_start(struct pfs_service *s, struct round *r, time_t now, int flags)
 	if (*busy || snap_draining)
 		return;
 	if (at && now >= at) {
-		if (r && listed_final(s, r))
+		if (r && final(s, r))
 			return;
 		/* a parked request asks again once the listing it waited for
 		 * answered: it takes that answer (and never lists in a loop) */
@@ -145,10 +154,10 @@ void listed_start(struct pfs_service *s, struct round *r, time_t now, int flags)
 	*busy = true;
 	if (r)
 		r->pins++; /* prune leaves it until the answer */
-	s->cluster->src->list(s, r ? r->name : NULL, pfs_snap_listed);
+	s->cluster->src->list(s, r ? r->name : NULL, listed);
 }
 
-bool listed_final(const struct pfs_service *s, const struct round *r)
+static bool final(const struct pfs_service *s, const struct round *r)
 {
 	return r->listed_ok && r->listed_at - r->t >= (time_t)s->cluster->api.settle;
 }
@@ -158,15 +167,15 @@ bool listed_final(const struct pfs_service *s, const struct round *r)
  * the last answer is served. */
 static int list_now(struct pfs_service *s, struct round *r, int flags)
 {
-	listed_start(s, r, time(NULL), flags);
+	start_listing(s, r, time(NULL), flags);
 	if (r ? r->listed_ok : s->state->listed_ok)
 		return 0;
-	return snap_wait_busy(s, r, 0, r ? listed_files_busy : rounds_busy, listed_wait(s), flags);
+	return snap_wait_busy(s, r, 0, r ? files_busy : rounds_busy, listed_wait(s), flags);
 }
 
 /* Shown: on disk already, or listed and complete (a .complete marker, a
  * newer round listed, or older than settle). */
-bool listed_shown(const struct pfs_service *s, const struct round *r, time_t now)
+static bool shown(const struct pfs_service *s, const struct round *r, time_t now)
 {
 	if (snap_round_has(s, r, SLOT_READY))
 		return true;
@@ -184,7 +193,7 @@ bool listed_shown(const struct pfs_service *s, const struct round *r, time_t now
  * list_ttl) run while the last answer is served. -EIO if no listing ever
  * answered. The newest round, too young to be complete by its age,
  * has its files listed: a .complete marker shows it. */
-int listed_rounds(struct pfs_service *s, int flags)
+static int rounds_listed(struct pfs_service *s, int flags)
 {
 	time_t now = time(NULL);
 	struct round *newest = NULL;
@@ -197,12 +206,12 @@ int listed_rounds(struct pfs_service *s, int flags)
 	for (struct round *r = s->state->rounds; r; r = r->next)
 		if (r->in_bucket)
 			newest = r;
-	if (newest && !listed_shown(s, newest, now)) /* again after list_ttl */
+	if (newest && !shown(s, newest, now)) /* again after list_ttl */
 		rc = list_now(s, newest, flags);
 	return rc;
 }
 
-int listed_files(struct pfs_service *s, struct round *r, int flags)
+static int files_listed(struct pfs_service *s, struct round *r, int flags)
 {
 	int rc = list_now(s, r, flags);
 
@@ -213,47 +222,47 @@ int listed_files(struct pfs_service *s, struct round *r, int flags)
 
 /* A shown round, its files listed: -ENOENT if there is none such, -EIO if
  * its files were never listed (logged). */
-int listed_round(struct pfs_service *s, const char *name, bool files, int flags,
-			struct round **out)
+static int shown_round(struct pfs_service *s, const char *name, bool files, int flags,
+		      struct round **out)
 {
 	struct round *r;
 	int rc;
 
 	*out = NULL;
-	if ((rc = listed_rounds(s, flags)))
+	if ((rc = rounds_listed(s, flags)))
 		return rc;
-	if (!(r = snap_find_round(s, name)) || !listed_shown(s, r, time(NULL)))
+	if (!(r = snap_find_round(s, name)) || !shown(s, r, time(NULL)))
 		return -ENOENT;
-	if (files && (rc = listed_files(s, r, flags)))
+	if (files && (rc = files_listed(s, r, flags)))
 		return rc;
 	*out = r;
 	return 0;
 }
 
-struct round *listed_newest(struct pfs_service *s, time_t now)
+static struct round *newest_shown(struct pfs_service *s, time_t now)
 {
 	struct round *n = NULL;
 
 	for (struct round *r = s->state->rounds; r; r = r->next)
-		if (listed_shown(s, r, now))
+		if (shown(s, r, now))
 			n = r;
 	return n;
 }
 
 /* Size and mtime of a listed file; its cache file (fetched first) if fd. */
-int listed_slot(struct pfs_service *s, struct round *r, int slot, int flags, off_t *size,
-		       time_t *mtime, int *fd)
+static int slot_of(struct pfs_service *s, struct round *r, int slot, int flags, off_t *size,
+		   time_t *mtime, int *fd)
 {
 	int rc;
 
-	if (slot < 0 || !listed_present(&r->slots[slot]))
+	if (slot < 0 || !snap_listed_present(&r->slots[slot]))
 		return -ENOENT;
 	if (fd) {
 		/* the round's other files too: a copy of one reads the rest next
 		 * (rsync, cp -r), and each is one more round trip to the bucket */
 		for (size_t i = 0; i < s->n_files; i++)
 			if ((int)i == slot || r->slots[i].st == SLOT_LISTED)
-				snap_start_slot_ex(s, r, (int)i, time(NULL), flags);
+				snap_start_slot(s, r, (int)i, time(NULL), flags);
 		if ((rc = snap_wait_slot(s, r, slot, flags)))
 			return rc;
 		if (r->slots[slot].st != SLOT_READY)
@@ -310,8 +319,9 @@ static void apply_files(struct pfs_service *s, struct round *r, const struct pfs
 	free(seen);
 }
 
-void pfs_snap_listed(struct pfs_service *s, const char *round, const struct pfs_listed *e,
-		     size_t n, const char *err)
+/* The source's answer to a listing (pfs_listed_fn). */
+static void listed(struct pfs_service *s, const char *round, const struct pfs_listed *e,
+		   size_t n, const char *err)
 {
 	struct pfs_svc_state *st = s->state;
 	time_t now = time(NULL);
@@ -361,3 +371,213 @@ void pfs_snap_listed(struct pfs_service *s, const char *round, const struct pfs_
 		snap_on_change(s);
 }
 
+/* ---- the policy ---- */
+
+static size_t slot_room(const struct pfs_service *s)
+{
+	return s->state->cap_files ? s->state->cap_files : 1;
+}
+
+static bool holds(const struct pfs_service *s, const struct round *r, time_t now)
+{
+	(void)s, (void)now;
+	return r->listing;
+}
+
+static int list_rounds(struct pfs_service *s, int flags, bool settle, pfs_snap_round_fn fn,
+		       void *arg)
+{
+	time_t now = time(NULL);
+	int rc = rounds_listed(s, flags);
+
+	(void)settle;
+	for (struct round *r = s->state->rounds; !rc && r; r = r->next)
+		if (shown(s, r, now))
+			fn(r->name, r->t, arg);
+	return rc;
+}
+
+static void each_present(struct pfs_service *s, const struct round *r, pfs_snap_file_fn fn,
+			 void *arg)
+{
+	for (size_t i = 0; i < s->n_files; i++)
+		if (snap_listed_present(&r->slots[i]))
+			fn(s->files[i].name, arg);
+}
+
+static int list_files(struct pfs_service *s, const char *round, int flags, pfs_snap_file_fn fn,
+		      void *arg)
+{
+	struct round *r;
+	int rc = shown_round(s, round, true, flags, &r);
+
+	if (!rc)
+		each_present(s, r, fn, arg);
+	return rc;
+}
+
+static int stat_file(struct pfs_service *s, const char *round, const char *file, int flags,
+		     off_t *size, time_t *mtime, int *fd)
+{
+	struct round *r;
+	int rc = shown_round(s, round, true, flags, &r);
+
+	return rc ? rc : slot_of(s, r, snap_file_index(s, file), flags, size, mtime, fd);
+}
+
+/* Its files' listing is final. */
+static bool frozen(struct pfs_service *s, const char *round)
+{
+	struct round *r = snap_find_round(s, round);
+
+	return r && shown(s, r, time(NULL)) && final(s, r);
+}
+
+static bool may_change(struct pfs_service *s, const char *round)
+{
+	return !frozen(s, round);
+}
+
+static int round_time(struct pfs_service *s, const char *round, int flags, time_t *t)
+{
+	struct round *r;
+	int rc = shown_round(s, round, false, flags, &r);
+
+	if (!rc)
+		*t = r->t;
+	return rc;
+}
+
+static time_t latest_time(struct pfs_service *s)
+{
+	struct round *r = newest_shown(s, time(NULL));
+
+	return r ? r->t : 0;
+}
+
+/* latest/: the newest round shown, its files listed. */
+static int newest_listed(struct pfs_service *s, int flags, struct round **out)
+{
+	int rc = rounds_listed(s, flags);
+
+	if (!rc && !(*out = newest_shown(s, time(NULL))))
+		rc = -ENOENT;
+	return rc ? rc : files_listed(s, *out, flags);
+}
+
+static int latest(struct pfs_service *s, const char *file, int flags,
+		  char round[PFS_ROUND_NAME_MAX], off_t *size, time_t *mtime)
+{
+	struct round *r = NULL;
+	int rc = newest_listed(s, flags, &r);
+
+	if (rc)
+		return rc;
+	memcpy(round, r->name, PFS_ROUND_NAME_MAX);
+	return slot_of(s, r, snap_file_index(s, file), flags, size, mtime, NULL);
+}
+
+static int latest_all(struct pfs_service *s, int flags, pfs_snap_file_fn fn, void *arg)
+{
+	struct round *r = NULL;
+	int rc = newest_listed(s, flags, &r);
+
+	if (rc == -ENOENT)
+		return 0; /* no round yet: an empty latest/ */
+	if (!rc)
+		each_present(s, r, fn, arg);
+	return rc;
+}
+
+/* Every shown round from since on listed, and each listed file of it there. */
+static bool inputs_settled(struct pfs_service *s, const char *merge_key, time_t since, time_t now)
+{
+	if (!s->state->listed_ok)
+		return false;
+	for (struct round *r = s->state->rounds; r; r = r->next) {
+		if (!shown(s, r, now))
+			continue;
+		if (r->t >= since && !r->listed_ok)
+			return false;
+		for (size_t i = 0; i < s->n_files; i++)
+			if (r->t >= since && snap_listed_present(&r->slots[i]) &&
+			    r->slots[i].st != SLOT_READY && strcmp(s->files[i].merge_key, merge_key) == 0)
+				return false;
+	}
+	return true;
+}
+
+/* Every shown round in range listed, then its files fetched; and the
+ * newest round before the range: the base of differences. */
+static void inputs_fetch(struct pfs_service *s, const char *merge_key, time_t since, time_t now)
+{
+	time_t from = since;
+
+	if (rounds_listed(s, PFS_SNAP_WAIT))
+		return;
+	for (struct round *r = s->state->rounds; r && r->t < since; r = r->next)
+		if (shown(s, r, now))
+			from = r->t;
+	for (int pass = 0; pass < 4; pass++)
+		for (struct round *r = s->state->rounds; r; r = r->next) {
+			if (r->t < from || !shown(s, r, now))
+				continue;
+			if (pass == 0)
+				start_listing(s, r, now, 0);
+			else if (pass == 1)
+				snap_wait_busy(s, r, 0, files_busy, listed_wait(s), PFS_SNAP_WAIT);
+			for (size_t i = 0; pass >= 2 && i < s->n_files; i++) {
+				if (!snap_listed_present(&r->slots[i]) || strcmp(s->files[i].merge_key, merge_key))
+					continue;
+				if (pass == 2)
+					snap_start_slot(s, r, (int)i, now, 0);
+				else
+					snap_wait_slot(s, r, (int)i, PFS_SNAP_WAIT);
+			}
+		}
+}
+
+/* A bucket's rounds and files may change until a round's listing is
+ * final: the service and latest/ are listed again each time; merged/
+ * decides for a range. */
+static int listing_due(struct pfs_service *s, enum pfs_snap_dir dir, const char *round,
+		       double *timeout)
+{
+	switch (dir) {
+	case PFS_SNAP_DIR_SERVICE:
+	case PFS_SNAP_DIR_LATEST:
+		*timeout = *timeout < 0 ? *timeout : 0;
+		return 1;
+	case PFS_SNAP_DIR_ROUND:
+		return !frozen(s, round);
+	case PFS_SNAP_DIR_RANGE:
+		return -1;
+	default:
+		return 0;
+	}
+}
+
+const struct snap_policy snap_listed = {
+	.name = "listed",
+	.keeps_range = true,
+	.sizes_listed = true,
+	.names_listed = true,
+	.inputs_base = true,
+	.learn = learn,
+	.slot_room = slot_room,
+	.extra_wait = listed_wait,
+	.holds = holds,
+	.list_rounds = list_rounds,
+	.list_files = list_files,
+	.stat = stat_file,
+	.slot = slot_of,
+	.frozen = frozen,
+	.may_change = may_change,
+	.round_time = round_time,
+	.latest_time = latest_time,
+	.latest = latest,
+	.latest_all = latest_all,
+	.inputs_settled = inputs_settled,
+	.inputs_fetch = inputs_fetch,
+	.listing_due = listing_due,
+};

@@ -1,9 +1,11 @@
 /* Snapshot index: for each service, its rounds ("<time>" directories) and,
  * per round, which of the service's files exist. A file is fetched once
  * (through the cluster's source kind) and then frozen in the cache.
- * Scrape kinds (pprof, nats) make a round when `latest` is read and reuse
- * it for latest_ttl; API kinds have one round per fixed window over their
- * range, and `latest` is the newest complete window. */
+ * How rounds come to be is the kind's round policy (source.h `rounds`;
+ * snap_i.h): scrape kinds (pprof, nats) make a round when `latest` is read
+ * and reuse it for latest_ttl; window kinds (the APIs) have one round per
+ * fixed window over their range, and `latest` is the newest complete
+ * window; listed kinds (s3) show the rounds and files a bucket lists. */
 #ifndef PFS_SNAP_H
 #define PFS_SNAP_H
 
@@ -66,6 +68,32 @@ void pfs_snap_stop_starts(void);
 
 /* Index of the service's file with this name, or -1. */
 int pfs_snap_file_index(const struct pfs_service *s, const char *file);
+/* True if the service's file names come with listings: a name not known
+ * yet may still be there (listed kinds). */
+bool pfs_snap_names_listed(const struct pfs_service *s);
+/* True if its snapshots are windows of an API: values per window, not
+ * counters since the process started (merged/ sums them). */
+bool pfs_snap_windows(const struct pfs_service *s);
+
+/* For the kernel cache (fs.c): what a listing of a service's directory
+ * would do. */
+enum pfs_snap_dir {
+	PFS_SNAP_DIR_CLUSTER, /* the cluster's directory, for this service */
+	PFS_SNAP_DIR_SERVICE,
+	PFS_SNAP_DIR_LATEST,
+	PFS_SNAP_DIR_ROUND,
+	PFS_SNAP_DIR_RANGE,   /* merged/<range>/ */
+};
+/* Seconds the kernel may keep what follows the clock (windows). */
+#define PFS_SNAP_CLOCK 1.0
+/* 1 if listing it now has work to start (so it must reach the mount),
+ * 0 if not, with *timeout lowered to how long that holds (or set to
+ * PFS_SNAP_CLOCK); -1 for a range whose merged files decide (merged.h). */
+int pfs_snap_listing_due(struct pfs_service *s, enum pfs_snap_dir dir, const char *round,
+			 double *timeout);
+/* True if a round found may still change (files to fetch or list): its
+ * attributes are cached for PFS_SNAP_CLOCK only. */
+bool pfs_snap_round_may_change(struct pfs_service *s, const char *round);
 
 typedef void (*pfs_snap_round_fn)(const char *round, time_t t, void *arg);
 typedef void (*pfs_snap_file_fn)(const char *file, void *arg);

@@ -1,13 +1,25 @@
 /* The snapshot index's own state and helpers, shared by its files:
- * snap.c (rounds, slots, fetches, latest, discovered targets) and
- * snap_listed.c (listed kinds: rounds and files an upstream lists, s3).
- * Not an interface: nothing else includes it. Every field and helper is
- * used with snap_lock held unless said. */
-#ifndef PFS_SNAP_INTERNAL_H
-#define PFS_SNAP_INTERNAL_H
+ *   snap.c       state, rounds and slots, and the entry points (snap.h),
+ *                each of which asks the service's round policy;
+ *   slot.c       the fetch of one slot into the cache, and waiting for it;
+ *   retention.c  pruning rounds, and the sweeper thread;
+ *   targets.c    discovered services' targets and their files;
+ *   scrape.c, window.c, listed.c   the round policies (below).
+ * Not an interface: nothing outside snap/ includes it.
+ *
+ * LOCKING: snap_lock guards every round, slot, svc_state and a discovered
+ * or listed service's targets and files; snap_cond is signalled when a
+ * slot or a listing settles. Every field and helper here is used with
+ * snap_lock held unless said. Order: snap_lock may be taken with a
+ * cluster's lock (registry.h) held, never the other way round; the cpu
+ * gate (cpugate.h) and the cache's locks are taken inside snap_lock; no
+ * call into a source (ops->start, ops->list) or a hook takes snap_lock
+ * before returning. */
+#ifndef PFS_SNAP_I_H
+#define PFS_SNAP_I_H
 
-#include "registry/registry.h"
 #include "snap.h"
+
 #include "source/source.h"
 
 #include <pthread.h>
@@ -42,9 +54,12 @@ struct round {
 	struct round *next; /* ascending time */
 };
 
+struct snap_policy;
+
 struct pfs_svc_state {
+	const struct snap_policy *pol; /* how its rounds come to be */
 	struct round *rounds;
-	struct round *current; /* scrape kinds: the round "latest" shows, if fresh */
+	struct round *current; /* scrape: the round "latest" shows, if fresh */
 	struct pfs_target_stats *stats;
 	size_t n_stats;
 	/* discovered services (pfs_snap_set_targets) */
@@ -60,64 +75,145 @@ struct pfs_svc_state {
 	char list_error[256]; /* the last listing error logged */
 };
 
+/* A round policy: how a kind's rounds come to be, one file each.
+ *   scrape (scrape.c: pprof, nats): a round is taken when latest/ is read
+ *     and reused for latest_ttl; a round is shown once it holds a file.
+ *   window (window.c: pyroscope, parca, coroot): one round per fixed
+ *     window over the range, fetched when read; latest/ is the newest
+ *     complete window.
+ *   listed (listed.c: s3): rounds and their files are what a bucket lists.
+ * Nothing outside these files asks which policy a service has: snap.c's
+ * entry points call these with snap_lock held. Optional entries (NULL)
+ * say so. */
+struct snap_policy {
+	const char *name;
+	bool windows;     /* values are per window of an API, a round ends at t + window */
+	bool keeps_range; /* rounds stay while in the range, whatever the retention */
+	bool uploads;     /* settled rounds go to the uploader (not a bucket's own) */
+	bool sizes_listed;/* a fetch must match the size its listing gave */
+	bool names_listed;/* file names come with listings: one not known yet may come */
+	bool inputs_base; /* merged/ takes each file's snapshot before the range */
+
+	/* A service being set up (optional): learn, before its rounds on
+	 * disk are read; resume, after they were and retention ran. */
+	void (*learn)(struct pfs_service *s);
+	void (*resume)(struct pfs_service *s, time_t now);
+	/* Slots a round has room for (optional: one per file). */
+	size_t (*slot_room)(const struct pfs_service *s);
+	/* A reader of the service may wait this long for more than a fetch
+	 * (optional: a listing). */
+	double (*extra_wait)(const struct pfs_service *s);
+	/* A round prune must leave while the policy holds it (optional). */
+	bool (*holds)(const struct pfs_service *s, const struct round *r, time_t now);
+
+	/* The entries of snap.h, as that says. */
+	int (*list_rounds)(struct pfs_service *s, int flags, bool settle, pfs_snap_round_fn fn,
+			   void *arg);
+	int (*list_files)(struct pfs_service *s, const char *round, int flags, pfs_snap_file_fn fn,
+			  void *arg);
+	int (*stat)(struct pfs_service *s, const char *round, const char *file, int flags,
+		    off_t *size, time_t *mtime, int *fd);
+	int (*slot)(struct pfs_service *s, struct round *r, int slot, int flags, off_t *size,
+		    time_t *mtime, int *fd);
+	bool (*frozen)(struct pfs_service *s, const char *round);
+	int (*round_time)(struct pfs_service *s, const char *round, int flags, time_t *t);
+	time_t (*latest_time)(struct pfs_service *s);
+	int (*latest)(struct pfs_service *s, const char *file, int flags,
+		      char round[PFS_ROUND_NAME_MAX], off_t *size, time_t *mtime);
+	int (*latest_all)(struct pfs_service *s, int flags, pfs_snap_file_fn fn, void *arg);
+	/* scrape only (optional): latest/ as a round taken now */
+	int (*latest_key)(struct pfs_service *s, const char *merge_key, int flags);
+	size_t (*latest_start)(struct pfs_service *s, int flags);
+	double (*latest_valid)(struct pfs_service *s);
+	bool (*latest_settled)(struct pfs_service *s);
+	/* merged/ inputs with this key from since on: all there to take
+	 * (nothing to start or wait for), and (PFS_SNAP_WAIT) fetched first */
+	bool (*inputs_settled)(struct pfs_service *s, const char *merge_key, time_t since,
+			       time_t now);
+	void (*inputs_fetch)(struct pfs_service *s, const char *merge_key, time_t since,
+			     time_t now);
+	/* the kernel cache: pfs_snap_listing_due, pfs_snap_round_may_change */
+	int (*listing_due)(struct pfs_service *s, enum pfs_snap_dir dir, const char *round,
+			   double *timeout);
+	bool (*may_change)(struct pfs_service *s, const char *round);
+};
+
+extern const struct snap_policy snap_scrape, snap_window, snap_listed;
+
 extern pthread_mutex_t snap_lock;
 extern pthread_cond_t snap_cond;  /* a slot or a listing settled */
 extern struct pfs_config *snap_cfg;
 extern pfs_snap_change_fn snap_on_change;
+extern pfs_snap_settled_fn snap_on_settled;
+extern bool (*snap_interrupted)(void);
+extern pfs_snap_removed_fn snap_on_removed;
 extern bool snap_draining;        /* unmounting: nothing starts */
 
-static inline bool listed(const struct pfs_service *s) { return s->cluster->src->list != NULL; }
+static inline const struct snap_policy *snap_pol(const struct pfs_service *s)
+{
+	return s->state->pol;
+}
 
-/* snap.c */
+/* snap.c: rounds and slots */
 int snap_file_index(const struct pfs_service *s, const char *file);
-int pfs_name_parse_time(const char *name, time_t *t);
 struct round *snap_find_round(struct pfs_service *s, const char *name);
 /* The round of time t, made if new (files on disk ready). */
 struct round *snap_get_round(struct pfs_service *s, time_t t);
 bool snap_round_has(const struct pfs_service *s, const struct round *r, enum slot_state st);
+/* Slots a round of the service has room for. */
+size_t snap_slot_room(const struct pfs_service *s);
+/* Size and mtime of a ready slot, and its cache file if fd. */
+int snap_ready(struct pfs_service *s, struct round *r, int slot, off_t *size, time_t *mtime,
+	       int *fd);
+/* Call fn for each ready file of r (a failed one is EIO by name only). */
+void snap_each_ready(struct pfs_service *s, const struct round *r, pfs_snap_file_fn fn, void *arg);
+/* The shared forms of latest, latest_all and slot, for policies whose
+ * latest/ is one round (scrape, window): latest_round(s, now) gives it. */
+typedef struct round *(*snap_latest_fn)(struct pfs_service *s, time_t now);
+int snap_latest_in(struct pfs_service *s, snap_latest_fn latest_round, const char *file,
+		   int flags, char round[PFS_ROUND_NAME_MAX], off_t *size, time_t *mtime);
+int snap_latest_all_in(struct pfs_service *s, snap_latest_fn latest_round, int flags,
+		       pfs_snap_file_fn fn, void *arg);
+int snap_slot_settled(struct pfs_service *s, struct round *r, int slot, int flags, off_t *size,
+		      time_t *mtime, int *fd);
+
+/* slot.c: fetches */
 /* The cache file of a ready slot. */
 int snap_open_slot(struct pfs_service *s, struct round *r, int slot);
 /* Start the slot's fetch unless done, in flight or failed too recently. */
-void snap_start_slot_ex(struct pfs_service *s, struct round *r, int slot, time_t now, int flags);
+void snap_start_slot(struct pfs_service *s, struct round *r, int slot, time_t now, int flags);
+/* Start every file of the round; returns how many cpu profiles that began. */
+size_t snap_start_round(struct pfs_service *s, struct round *r, time_t now, int flags);
+bool snap_is_cpu(const struct pfs_file *f);
 int snap_wait_slot(struct pfs_service *s, struct round *r, int slot, int flags);
+/* Every slot of r, waited for in turn. */
+int snap_wait_round(struct pfs_service *s, struct round *r, int flags);
+/* Longest a reader of the slot may wait for its fetch. */
+double snap_slot_wait(const struct pfs_service *s, int slot);
 /* Wait while busy(s, r, slot), at most `seconds`, r (if any) pinned;
  * -EAGAIN without PFS_SNAP_WAIT, -EINTR if the request was interrupted. */
 typedef bool (*snap_busy_fn)(const struct pfs_service *s, const struct round *r, int slot);
 int snap_wait_busy(struct pfs_service *s, struct round *r, int slot, snap_busy_fn busy,
 		   double seconds, int flags);
-
 /* A failure in a target's (or service's) counters for .status.json. */
 void snap_stats_failed(struct pfs_target_stats *ts, time_t now, const char *file,
 		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+size_t snap_stats_index(const struct pfs_service *s, int slot);
 
-/* snap_listed.c */
-/* Longest a listing is waited for. */
-double listed_wait(const struct pfs_service *s);
+/* retention.c */
+void snap_prune(struct pfs_service *s, time_t now);
+void snap_free_round(struct round *r);
+
+/* targets.c: discovered services */
+/* A discovered service's files per target: one per served profile. */
+size_t snap_per_target(const struct pfs_service *s);
+/* A discovered service's file that new rounds fetch. */
+bool snap_serves(const struct pfs_service *s, const struct pfs_file *f);
+/* pfs_cache_rounds callback: the instances an earlier mount stored. */
+void snap_learn_targets(const char *cluster, const char *service, const char *round, void *arg);
+
+/* listed.c */
 /* A slot the upstream lists (or that is on disk already). */
-bool listed_present(const struct slot *sl);
-bool listed_files_busy(const struct pfs_service *s, const struct round *r, int slot);
-/* Start listing the rounds (r NULL) or r's files, if that is due. */
-void listed_start(struct pfs_service *s, struct round *r, time_t now, int flags);
-/* Its files were listed once it was older than settle: never again. */
-bool listed_final(const struct pfs_service *s, const struct round *r);
-/* A round is shown: on disk, or listed and complete. */
-bool listed_shown(const struct pfs_service *s, const struct round *r, time_t now);
-/* The rounds listed (the first listing waited for); -EIO if none ever answered. */
-int listed_rounds(struct pfs_service *s, int flags);
-/* r's files listed (the first listing waited for); -EIO if none ever
- * answered and nothing of it is on disk. */
-int listed_files(struct pfs_service *s, struct round *r, int flags);
-/* A shown round (*out), its files listed if files. */
-int listed_round(struct pfs_service *s, const char *name, bool files, int flags,
-		 struct round **out);
-struct round *listed_newest(struct pfs_service *s, time_t now);
-/* Size and mtime of a listed file; its cache file (fetched first) if fd. */
-int listed_slot(struct pfs_service *s, struct round *r, int slot, int flags, off_t *size,
-		time_t *mtime, int *fd);
-/* The source's answer to a listing (pfs_listed_fn). */
-void pfs_snap_listed(struct pfs_service *s, const char *round, const struct pfs_listed *e,
-		     size_t n, const char *err);
-/* pfs_cache_rounds callback: the file names an earlier mount stored. */
-void listed_learn_round(const char *cluster, const char *service, const char *round, void *arg);
+bool snap_listed_present(const struct slot *sl);
 
 #endif

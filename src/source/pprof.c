@@ -89,7 +89,7 @@ static bool cpu_key(const struct pfs_service *s, const struct pfs_file *f, char 
 
 const struct pfs_source_ops pfs_source_pprof = {
 	.kind = "pprof",
-	.windows = false,
+	.rounds = PFS_ROUNDS_SCRAPE,
 	.pgo = true,
 	.discover = NULL,
 	.start = start,

@@ -302,7 +302,8 @@ static int parse(struct pfs_parser *p, json_t *obj, const char *where, struct pf
 
 const struct pfs_source_ops pfs_source_s3 = {
 	.kind = "s3",
-	.windows = false,
+	.rounds = PFS_ROUNDS_LISTED,
+	.tree_listed = true,
 	.pgo = true,
 	.keys = keys,
 	.url_key = "endpoint",

@@ -1,10 +1,11 @@
 /* Source kinds: where a cluster's profiles come from. Each kind is one
- * module (source_<kind>.c) behind this small interface:
+ * module (source/<kind>.c) behind this small interface:
  *   discover  list the cluster's services (kinds whose services are not
  *             written in the config),
  *   start     fetch one file of a service for one time, asynchronously,
- * and a flag saying how <time> directories work: scrape rounds taken when
- * `latest` is read (pprof, nats), or fixed windows over a range (APIs). */
+ * and how its <time> directories come to be (`rounds`): scrape rounds
+ * taken when `latest` is read (pprof, nats), fixed windows over a range
+ * (the APIs), or what the upstream lists (s3). */
 #ifndef PFS_SOURCE_H
 #define PFS_SOURCE_H
 
@@ -68,9 +69,20 @@ void pfs_job_set(char **field, const char *fmt, ...) __attribute__((format(print
  * rc 0 with gz (taken over), PFS_ABSENT, or -1 with why. */
 void pfs_job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, const char *why);
 
+/* How a kind's <time> directories come to be (its round policy, snap_i.h). */
+enum pfs_rounds {
+	PFS_ROUNDS_SCRAPE, /* taken when latest/ is read */
+	PFS_ROUNDS_WINDOW, /* fixed windows over a range (the kind has window, range) */
+	PFS_ROUNDS_LISTED, /* what the upstream lists (the kind has list) */
+};
+
 struct pfs_source_ops {
 	const char *kind;
-	bool windows;
+	enum pfs_rounds rounds;
+	/* its services are what a listing of the upstream gives (a bucket's
+	 * tree): a discovery that never answered is EIO, not an empty tree
+	 * that an rsync --delete would act on */
+	bool tree_listed;
 	bool pgo; /* its cpu profiles can carry Function.start_line (go build -pgo) */
 	bool nats_url; /* its url is nats://, not http(s):// */
 	/* The kind's own cluster keys (NULL-terminated; NULL: none) and their
