@@ -12,6 +12,7 @@
 #include "s3/upload.h"
 #include "snap/snap.h"
 #include "source/source.h"
+#include "lib/xalloc.h"
 
 #include <curl/curl.h>
 #include <fuse_lowlevel.h>
@@ -104,20 +105,20 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *args
 		return 0;
 	case FUSE_OPT_KEY_NONOPT:
 		if (c->n_positional < 3)
-			c->positional[c->n_positional] = strdup(arg);
+			c->positional[c->n_positional] = pfs_xstrdup(arg);
 		c->n_positional++;
 		return 0;
 	default: /* -o suboptions are the mount's or config fields; dash
 		  * options must be known */
 		if (arg[0] != '-' && pfs_config_option(arg)) {
 			if (c->n_options < sizeof c->options / sizeof *c->options)
-				c->options[c->n_options++] = strdup(arg);
+				c->options[c->n_options++] = pfs_xstrdup(arg);
 			else if (!c->bad_option)
-				c->bad_option = strdup(arg);
+				c->bad_option = pfs_xstrdup(arg);
 			return 0;
 		}
 		if (arg[0] == '-' && !fuse_flag(arg) && !c->bad_option)
-			c->bad_option = strdup(arg);
+			c->bad_option = pfs_xstrdup(arg);
 		return 1;
 	}
 }

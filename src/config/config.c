@@ -9,6 +9,7 @@
 #include "lib/names.h"
 #include "source/source.h"
 #include "s3/upload.h"
+#include "lib/xalloc.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -33,7 +34,7 @@ static int parse_service(struct pfs_parser *p, const char *name, json_t *obj, co
 	size_t i;
 	int rc = -1;
 
-	svc->name = strdup(name);
+	svc->name = pfs_xstrdup(name);
 	if (!json_is_object(obj))
 		return pfs_conf_fail(p, where, "a service must be an object with \"targets\"");
 	snprintf(field, sizeof field, "%s.", where);
@@ -53,7 +54,7 @@ static int parse_service(struct pfs_parser *p, const char *name, json_t *obj, co
 		pfs_conf_fail(p, field, "must be a non-empty array of targets");
 		goto out_settings;
 	}
-	svc->targets = calloc(json_array_size(targets), sizeof *svc->targets);
+	svc->targets = pfs_xcalloc(json_array_size(targets), sizeof *svc->targets);
 	json_array_foreach(targets, i, tv) {
 		snprintf(field, sizeof field, "%s.targets[%zu]", where, i);
 		svc->n_targets++; /* counted first: a half-parsed target is freed too */
@@ -67,7 +68,7 @@ static int parse_service(struct pfs_parser *p, const char *name, json_t *obj, co
 				goto out_targets;
 			}
 	}
-	svc->files = calloc(svc->n_targets * PFS_NPROFILES, sizeof *svc->files);
+	svc->files = pfs_xcalloc(svc->n_targets * PFS_NPROFILES, sizeof *svc->files);
 	for (size_t t = 0; t < svc->n_targets; t++)
 		for (int k = 0; k < PFS_NPROFILES; k++) {
 			struct pfs_file *f;
@@ -103,7 +104,7 @@ static const char **kind_keys(const struct pfs_source_ops *src)
 	const char *const *lists[] = {settings, src->discover ? api : pprof,
 				      src->rounds == PFS_ROUNDS_WINDOW ? windows : NULL, src->keys};
 	size_t n = 0;
-	const char **out = calloc(64, sizeof *out);
+	const char **out = pfs_xcalloc(64, sizeof *out);
 
 	for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
 		for (const char *const *k = lists[l]; k && *k && n < 63; k++)
@@ -146,7 +147,7 @@ static int parse_api(struct pfs_parser *p, json_t *obj, const char *where,
 	if (rc)
 		return -1;
 	free(a->target.name);
-	a->target.name = strdup(kind);
+	a->target.name = pfs_xstrdup(kind);
 	a->window = 3600;
 	a->range = 86400;
 	a->discover_every = 60;
@@ -180,7 +181,7 @@ static int parse_cluster(struct pfs_parser *p, const char *name, json_t *obj, co
 	json_t *services, *sv;
 	int rc = -1;
 
-	c->name = strdup(name);
+	c->name = pfs_xstrdup(name);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->discovering, NULL);
 	if (!json_is_object(obj))
@@ -222,9 +223,9 @@ static int parse_cluster(struct pfs_parser *p, const char *name, json_t *obj, co
 		goto out;
 	}
 	c->cap_services = json_object_size(services);
-	c->services = calloc(c->cap_services, sizeof *c->services);
+	c->services = pfs_xcalloc(c->cap_services, sizeof *c->services);
 	json_object_foreach(services, sname, sv) {
-		struct pfs_service *svc = calloc(1, sizeof *svc);
+		struct pfs_service *svc = pfs_xcalloc(1, sizeof *svc);
 		char sub[512];
 		c->services[c->n_services++] = svc;
 		snprintf(sub, sizeof sub, "%s.services.", where);
@@ -321,9 +322,9 @@ static int parse_top(struct pfs_parser *p, json_t *root, struct pfs_config *cfg)
 	if (parse_ranges(p, json_object_get(root, "merged"), cfg))
 		return -1;
 	if (cache_dir) {
-		cfg->cache_dir = strdup(cache_dir);
+		cfg->cache_dir = pfs_xstrdup(cache_dir);
 	} else if (geteuid() == 0) {
-		cfg->cache_dir = strdup("/var/cache/profilefs");
+		cfg->cache_dir = pfs_xstrdup("/var/cache/profilefs");
 	} else {
 		const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
 		char buf[4096];
@@ -331,7 +332,7 @@ static int parse_top(struct pfs_parser *p, json_t *root, struct pfs_config *cfg)
 			snprintf(buf, sizeof buf, "%s/profilefs", xdg);
 		else
 			snprintf(buf, sizeof buf, "%s/.cache/profilefs", home ? home : "/tmp");
-		cfg->cache_dir = strdup(buf);
+		cfg->cache_dir = pfs_xstrdup(buf);
 	}
 	{
 		json_t *none = json_object();
@@ -347,7 +348,7 @@ static int parse_top(struct pfs_parser *p, json_t *root, struct pfs_config *cfg)
 		pfs_conf_fail(p, "clusters", "must be a non-empty object of cluster names");
 		goto out;
 	}
-	cfg->clusters = calloc(json_object_size(clusters), sizeof *cfg->clusters);
+	cfg->clusters = pfs_xcalloc(json_object_size(clusters), sizeof *cfg->clusters);
 	json_object_foreach(clusters, cname, cv) {
 		struct pfs_cluster *c = &cfg->clusters[cfg->n_clusters++];
 		pfs_conf_key_path(field, sizeof field, "clusters.", cname);
@@ -418,7 +419,7 @@ int pfs_config_load_with(const char *path, char *const *options, size_t n_option
 	int rc;
 
 	memset(cfg, 0, sizeof *cfg);
-	cfg->path = strdup(path);
+	cfg->path = pfs_xstrdup(path);
 	cfg->retention = 7 * 86400;
 	cfg->latest_ttl = 60;
 	cfg->retry_after = 5;

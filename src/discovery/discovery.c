@@ -9,6 +9,7 @@
 #include "snap/snap.h"
 #include "source/source.h"
 #include "lib/names.h"
+#include "lib/xalloc.h"
 
 #include <pthread.h>
 #include <regex.h>
@@ -80,9 +81,9 @@ static int label_list(struct pfs_parser *p, json_t *obj, const char *key, const 
 	if (!v) {
 		for (i = 0; dflt[i]; i++)
 			;
-		*out = calloc(i, sizeof **out);
+		*out = pfs_xcalloc(i, sizeof **out);
 		for (*n = 0; *n < i; (*n)++)
-			(*out)[*n] = strdup(dflt[*n]);
+			(*out)[*n] = pfs_xstrdup(dflt[*n]);
 		return 0;
 	}
 	if (json_is_string(v))
@@ -92,14 +93,14 @@ static int label_list(struct pfs_parser *p, json_t *obj, const char *key, const 
 	else
 		return pfs_conf_fail(p, field, "must be a label name or a non-empty array of them, "
 				     "tried in order");
-	*out = calloc(json_array_size(v), sizeof **out);
+	*out = pfs_xcalloc(json_array_size(v), sizeof **out);
 	json_array_foreach(v, i, e) {
 		if (!json_is_string(e) || !pfs_label_name_ok(json_string_value(e))) {
 			json_decref(v);
 			return pfs_conf_fail(p, field, "[%zu] must be a label name "
 					     "([a-zA-Z_][a-zA-Z0-9_]*)", i);
 		}
-		(*out)[(*n)++] = strdup(json_string_value(e));
+		(*out)[(*n)++] = pfs_xstrdup(json_string_value(e));
 	}
 	json_decref(v);
 	return 0;
@@ -117,7 +118,7 @@ static int parse_keep(struct pfs_parser *p, json_t *v, const char *where, struct
 	if (!json_is_object(v))
 		return pfs_conf_fail(p, field, "must be an object of label names to regular "
 				     "expressions (each must match the whole value)");
-	d->keep = calloc(json_object_size(v) ? json_object_size(v) : 1, sizeof *d->keep);
+	d->keep = pfs_xcalloc(json_object_size(v) ? json_object_size(v) : 1, sizeof *d->keep);
 	json_object_foreach(v, k, rv) {
 		char sub[600];
 		snprintf(sub, sizeof sub, "%skeep.", where);
@@ -144,8 +145,8 @@ static int parse_keep(struct pfs_parser *p, json_t *v, const char *where, struct
 			regerror(rc, &r->re, msg, sizeof msg);
 			return pfs_conf_fail(p, field, "not a POSIX extended regular expression: %s", msg);
 		}
-		r->label = strdup(k);
-		r->pattern = strdup(json_string_value(rv));
+		r->label = pfs_xstrdup(k);
+		r->pattern = pfs_xstrdup(json_string_value(rv));
 		d->n_keep++;
 	}
 	return 0;
@@ -179,7 +180,7 @@ int pfs_discovery_parse(struct pfs_parser *p, json_t *v, const char *where,
 	static const char *const dflt_service[] = {"__service__", "service_name", "service", "job",
 						   NULL};
 	static const char *const dflt_instance[] = {"__instance__", "instance", "__address__", NULL};
-	struct pfs_discovery *d = calloc(1, sizeof *d);
+	struct pfs_discovery *d = pfs_xcalloc(1, sizeof *d);
 	const char *scheme = "http", *path = "/debug/pprof";
 	char field[512], sub[512];
 	size_t cap = 0;
@@ -219,8 +220,8 @@ int pfs_discovery_parse(struct pfs_parser *p, json_t *v, const char *where,
 		snprintf(field, sizeof field, "%spath", sub);
 		return pfs_conf_fail(p, field, "must be a URL path starting with '/'");
 	}
-	d->scheme = strdup(scheme);
-	d->path = strdup(path);
+	d->scheme = pfs_xstrdup(scheme);
+	d->path = pfs_xstrdup(path);
 	if ((mv = json_object_get(v, "max_targets"))) {
 		snprintf(field, sizeof field, "%smax_targets", sub);
 		if (!json_is_integer(mv) || json_integer_value(mv) < 1 ||
@@ -233,7 +234,7 @@ int pfs_discovery_parse(struct pfs_parser *p, json_t *v, const char *where,
 			cap += json_is_array(mv) ? json_array_size(mv) : 1;
 	if (!cap)
 		return pfs_conf_fail(p, where, "needs one of file_sd, http_sd, dns_sd, kubernetes");
-	d->sds = calloc(cap, sizeof *d->sds);
+	d->sds = pfs_xcalloc(cap, sizeof *d->sds);
 	for (const struct pfs_sd_ops *const *m = g_mechanisms; *m; m++) {
 		size_t i;
 		json_t *e;
@@ -362,10 +363,10 @@ static struct group *group_of(struct mapping *m, const char *service)
 	if (!*b) {
 		if (m->n_groups == m->cap_groups) {
 			m->cap_groups = m->cap_groups ? m->cap_groups * 2 : 16;
-			m->groups = realloc(m->groups, m->cap_groups * sizeof *m->groups);
+			m->groups = pfs_xrealloc(m->groups, m->cap_groups * sizeof *m->groups);
 		}
 		memset(&m->groups[m->n_groups], 0, sizeof m->groups[m->n_groups]);
-		m->groups[m->n_groups].service = strdup(service);
+		m->groups[m->n_groups].service = pfs_xstrdup(service);
 		*b = ++m->n_groups;
 	}
 	return &m->groups[*b - 1];
@@ -458,7 +459,7 @@ static void map_one(struct pfs_discovery *d, struct mapping *m, json_t *found, j
 		return;
 	}
 	if (prof && *prof) { /* the profiles this target serves: "heap,cpu" */
-		char *copy = strdup(prof), *save = NULL;
+		char *copy = pfs_xstrdup(prof), *save = NULL;
 		for (char *w = strtok_r(copy, ",", &save); w; w = strtok_r(NULL, ",", &save))
 			for (int k = 0; k < PFS_NPROFILES; k++)
 				if (strcmp(w, pfs_profile_names[k]) == 0)
@@ -499,13 +500,13 @@ static void map_one(struct pfs_discovery *d, struct mapping *m, json_t *found, j
 		}
 	if (g->n == g->cap) {
 		g->cap = g->cap ? g->cap * 2 : 4;
-		g->targets = realloc(g->targets, g->cap * sizeof *g->targets);
+		g->targets = pfs_xrealloc(g->targets, g->cap * sizeof *g->targets);
 	}
 	struct pfs_target *t = &g->targets[g->n++];
 	pfs_target_copy(&d->tmpl, t);
-	t->name = strdup(name);
-	t->url = strdup(url);
-	t->log_url = strdup(url);
+	t->name = pfs_xstrdup(name);
+	t->url = pfs_xstrdup(url);
+	t->log_url = pfs_xstrdup(url);
 	t->profiles = mask;
 	m->n_targets++;
 	json_array_append_new(found, json_pack("{s:s, s:s, s:s, s:s}", "service", svc, "instance",
@@ -528,7 +529,7 @@ static void apply(struct pfs_discovery *d)
 	m.n_buckets = 16;
 	while (m.n_buckets < 2 * total)
 		m.n_buckets *= 2;
-	m.buckets = calloc(m.n_buckets, sizeof *m.buckets);
+	m.buckets = pfs_xcalloc(m.n_buckets, sizeof *m.buckets);
 	pthread_mutex_lock(&c->lock);
 	m.known = c->n_services;
 	pthread_mutex_unlock(&c->lock);

@@ -9,6 +9,7 @@
  * __meta_dns_name, and for SRV __meta_dns_srv_record_target and
  * __meta_dns_srv_record_port. */
 #include "sd.h"
+#include "lib/xalloc.h"
 
 #include <arpa/inet.h>
 #include <arpa/nameser.h>
@@ -36,7 +37,7 @@ static int parse(struct pfs_parser *p, json_t *obj, const char *where,
 {
 	static const char *const keys[] = {"names", "type", "port", "server", "refresh_interval",
 					   "timeout", NULL};
-	struct dns_sd *d = calloc(1, sizeof *d);
+	struct dns_sd *d = pfs_xcalloc(1, sizeof *d);
 	json_t *names = json_object_get(obj, "names"), *e, *pv;
 	const char *type = "SRV", *server = NULL;
 	char field[512];
@@ -54,11 +55,11 @@ static int parse(struct pfs_parser *p, json_t *obj, const char *where,
 	snprintf(field, sizeof field, "%snames", where);
 	if (!json_is_array(names) || !json_array_size(names))
 		return pfs_conf_fail(p, field, "must be a non-empty array of DNS names");
-	d->names = calloc(json_array_size(names), sizeof *d->names);
+	d->names = pfs_xcalloc(json_array_size(names), sizeof *d->names);
 	json_array_foreach(names, i, e) {
 		if (!json_is_string(e) || !json_string_length(e) || json_string_length(e) > 253)
 			return pfs_conf_fail(p, field, "[%zu] must be a DNS name", i);
-		d->names[d->n++] = strdup(json_string_value(e));
+		d->names[d->n++] = pfs_xstrdup(json_string_value(e));
 	}
 	snprintf(field, sizeof field, "%stype", where);
 	if (strcmp(type, "SRV") == 0)
@@ -89,7 +90,7 @@ static int parse(struct pfs_parser *p, json_t *obj, const char *where,
 		if (port < 1 || port > 65535 || inet_pton(AF_INET, host, &d->addr.sin_addr) != 1)
 			return pfs_conf_fail(p, field, "must be an IPv4 address with an optional port, "
 					     "\"127.0.0.1:5353\"");
-		d->server = strdup(server);
+		d->server = pfs_xstrdup(server);
 	}
 	return 0;
 }
@@ -163,7 +164,7 @@ static int refresh(struct pfs_sd *sd, void *priv, struct pfs_sd_set *out, char *
 		snprintf(err, errlen, "cannot set up the resolver (resolv.conf?)");
 		return -1;
 	}
-	uint8_t *ans = malloc(65536); /* a TCP answer's most */
+	uint8_t *ans = pfs_xmalloc(65536); /* a TCP answer's most */
 	for (size_t i = 0; i < d->n && !rc; i++) {
 		int type = d->type == DNS_SRV ? ns_t_srv : d->type == DNS_A ? ns_t_a : ns_t_aaaa, len;
 		ns_msg msg;

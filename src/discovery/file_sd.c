@@ -3,6 +3,7 @@
  * gets __meta_filepath. A file that does not parse keeps the last good
  * set (a writer that is not atomic shows a half file now and then). */
 #include "sd.h"
+#include "lib/xalloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,7 +26,7 @@ static int parse(struct pfs_parser *p, json_t *obj, const char *where,
 		 const struct pfs_settings *s, void **priv)
 {
 	static const char *const keys[] = {"files", "refresh_interval", NULL};
-	struct file_sd *f = calloc(1, sizeof *f);
+	struct file_sd *f = pfs_xcalloc(1, sizeof *f);
 	json_t *files = json_object_get(obj, "files"), *e;
 	char field[512];
 	size_t i;
@@ -43,17 +44,17 @@ static int parse(struct pfs_parser *p, json_t *obj, const char *where,
 		json_incref(files);
 	else
 		return pfs_conf_fail(p, field, "must be a path or a non-empty array of paths");
-	f->files = calloc(json_array_size(files), sizeof *f->files);
+	f->files = pfs_xcalloc(json_array_size(files), sizeof *f->files);
 	json_array_foreach(files, i, e) {
 		if (!json_is_string(e) || json_string_value(e)[0] != '/') {
 			json_decref(files);
 			return pfs_conf_fail(p, field, "[%zu] must be an absolute path (a daemon's "
 					     "working directory is /)", i);
 		}
-		f->files[f->n++] = strdup(json_string_value(e));
+		f->files[f->n++] = pfs_xstrdup(json_string_value(e));
 	}
 	json_decref(files);
-	f->seen = calloc(f->n, sizeof *f->seen);
+	f->seen = pfs_xcalloc(f->n, sizeof *f->seen);
 	return 0;
 }
 
@@ -93,7 +94,7 @@ static char *slurp(const char *path, struct stat *st, size_t *len, char *err, si
 									   : "not a regular file");
 		goto out;
 	}
-	buf = malloc((size_t)st->st_size + 1);
+	buf = pfs_xmalloc((size_t)st->st_size + 1);
 	for (ssize_t r; n < (size_t)st->st_size; n += (size_t)r)
 		if ((r = read(fd, buf + n, (size_t)st->st_size - n)) <= 0)
 			break;

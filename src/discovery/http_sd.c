@@ -5,6 +5,7 @@
 #include "sd.h"
 
 #include "source/source.h"
+#include "lib/xalloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@ static int parse(struct pfs_parser *p, json_t *obj, const char *where,
 {
 	static const char *const keys[] = {"url", "refresh_interval", "timeout", "headers",
 					   "bearer_token", "bearer_token_env", "basic_auth", NULL};
-	struct http_sd *h = calloc(1, sizeof *h);
+	struct http_sd *h = pfs_xcalloc(1, sizeof *h);
 	json_t *endpoint = json_object();
 	const char *k;
 	json_t *v;

@@ -22,6 +22,7 @@
 #include "lib/fetch.h"
 #include "lib/log.h"
 #include "lib/names.h"
+#include "lib/xalloc.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -67,7 +68,7 @@ static int parse(struct pfs_parser *p, json_t *obj, const char *where,
 	static const char *const keys[] = {"api_server", "bearer_token", "bearer_token_env",
 					   "bearer_token_file", "ca_file", "namespaces",
 					   "label_selector", "timeout", NULL};
-	struct kube *k = calloc(1, sizeof *k);
+	struct kube *k = pfs_xcalloc(1, sizeof *k);
 	const char *api = NULL, *token = NULL, *token_file = NULL, *ca = NULL, *sel = NULL;
 	json_t *ns = json_object_get(obj, "namespaces"), *e;
 	char field[512];
@@ -98,7 +99,7 @@ static int parse(struct pfs_parser *p, json_t *obj, const char *where,
 	} else {
 		if (strncmp(api, "http://", 7) && strncmp(api, "https://", 8))
 			return pfs_conf_fail(p, field, "must be an http:// or https:// URL");
-		k->api = strdup(api);
+		k->api = pfs_xstrdup(api);
 		for (size_t n = strlen(k->api); n > 0 && k->api[n - 1] == '/'; n--)
 			k->api[n - 1] = '\0';
 	}
@@ -106,20 +107,20 @@ static int parse(struct pfs_parser *p, json_t *obj, const char *where,
 		snprintf(field, sizeof field, "%sbearer_token_file", where);
 		return pfs_conf_fail(p, field, "give either bearer_token or bearer_token_file");
 	}
-	k->token = token ? strdup(token) : NULL;
-	k->token_file = token_file ? strdup(token_file) : NULL;
-	k->ca_file = ca ? strdup(ca) : NULL;
-	k->selector = sel ? strdup(sel) : NULL;
+	k->token = token ? pfs_xstrdup(token) : NULL;
+	k->token_file = token_file ? pfs_xstrdup(token_file) : NULL;
+	k->ca_file = ca ? pfs_xstrdup(ca) : NULL;
+	k->selector = sel ? pfs_xstrdup(sel) : NULL;
 	if (ns) {
 		snprintf(field, sizeof field, "%snamespaces", where);
 		if (!json_is_array(ns) || !json_array_size(ns))
 			return pfs_conf_fail(p, field, "must be a non-empty array of namespace names");
-		k->namespaces = calloc(json_array_size(ns), sizeof *k->namespaces);
+		k->namespaces = pfs_xcalloc(json_array_size(ns), sizeof *k->namespaces);
 		json_array_foreach(ns, i, e) {
 			const char *v = json_is_string(e) ? json_string_value(e) : "";
 			if (!*v || strlen(v) > 63 || strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789-") != strlen(v))
 				return pfs_conf_fail(p, field, "[%zu] must be a namespace name", i);
-			k->namespaces[k->n_ns++] = strdup(v);
+			k->namespaces[k->n_ns++] = pfs_xstrdup(v);
 		}
 	}
 	return 0;
@@ -406,7 +407,7 @@ static void grow(struct kube *k)
 	if (k->n_pods < n)
 		return;
 	k->n_buckets = n ? n * 2 : 256;
-	k->buckets = calloc(k->n_buckets, sizeof *k->buckets);
+	k->buckets = pfs_xcalloc(k->n_buckets, sizeof *k->buckets);
 	for (size_t b = 0; b < n; b++)
 		while (old[b]) {
 			struct pod *p = old[b], **to = &k->buckets[bucket_of(k, p->key)];
@@ -448,8 +449,8 @@ static void put_pod(struct kube *k, json_t *pod, bool gone)
 		}
 	} else {
 		if (!(p = *pp)) {
-			p = *pp = calloc(1, sizeof *p);
-			p->key = strdup(key);
+			p = *pp = pfs_xcalloc(1, sizeof *p);
+			p->key = pfs_xstrdup(key);
 			k->n_pods++;
 		}
 		pfs_sd_set_free(&p->set);
@@ -540,7 +541,7 @@ static bool take(struct stream *st, const char *data, size_t len)
 	}
 	if (st->len + len + 1 > st->cap) {
 		st->cap = (st->len + len + 1) * 2;
-		st->buf = realloc(st->buf, st->cap);
+		st->buf = pfs_xrealloc(st->buf, st->cap);
 	}
 	memcpy(st->buf + st->len, data, len);
 	st->len += len;

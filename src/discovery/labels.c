@@ -1,5 +1,6 @@
 /* Label sets and Prometheus target groups, as the mechanisms yield them. */
 #include "sd.h"
+#include "lib/xalloc.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -19,24 +20,24 @@ void pfs_labels_set(struct pfs_labels *l, const char *name, const char *value)
 	for (size_t i = 0; i < l->n; i++)
 		if (strcmp(l->kv[2 * i], name) == 0) {
 			free(l->kv[2 * i + 1]);
-			l->kv[2 * i + 1] = strdup(value);
+			l->kv[2 * i + 1] = pfs_xstrdup(value);
 			return;
 		}
 	if (l->n == l->cap) {
 		l->cap = l->cap ? l->cap * 2 : 8;
-		l->kv = realloc(l->kv, 2 * l->cap * sizeof *l->kv);
+		l->kv = pfs_xrealloc(l->kv, 2 * l->cap * sizeof *l->kv);
 	}
-	l->kv[2 * l->n] = strdup(name);
-	l->kv[2 * l->n + 1] = strdup(value);
+	l->kv[2 * l->n] = pfs_xstrdup(name);
+	l->kv[2 * l->n + 1] = pfs_xstrdup(value);
 	l->n++;
 }
 
 void pfs_labels_copy(const struct pfs_labels *from, struct pfs_labels *to)
 {
 	to->n = to->cap = from->n;
-	to->kv = malloc((2 * from->n + 1) * sizeof *to->kv);
+	to->kv = pfs_xmalloc((2 * from->n + 1) * sizeof *to->kv);
 	for (size_t i = 0; i < 2 * from->n; i++)
-		to->kv[i] = strdup(from->kv[i]);
+		to->kv[i] = pfs_xstrdup(from->kv[i]);
 }
 
 void pfs_labels_free(struct pfs_labels *l)
@@ -62,7 +63,7 @@ struct pfs_labels *pfs_sd_set_add(struct pfs_sd_set *s)
 {
 	if (s->n == s->cap) {
 		s->cap = s->cap ? s->cap * 2 : 16;
-		s->t = realloc(s->t, s->cap * sizeof *s->t);
+		s->t = pfs_xrealloc(s->t, s->cap * sizeof *s->t);
 	}
 	memset(&s->t[s->n], 0, sizeof s->t[s->n]);
 	return &s->t[s->n++];

@@ -21,6 +21,7 @@
 #include "snap/snap.h"
 #include "source/source.h"
 #include "status/status.h"
+#include "lib/xalloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -295,7 +296,7 @@ static uint64_t hash_str(const char *s)
 static void nodes_grow(void)
 {
 	size_t n = g_buckets ? g_buckets * 2 : 1024;
-	struct inode **bi = calloc(n, sizeof *bi), **bp = calloc(n, sizeof *bp);
+	struct inode **bi = pfs_xcalloc(n, sizeof *bi), **bp = pfs_xcalloc(n, sizeof *bp);
 
 	for (size_t i = 0; i < g_buckets; i++)
 		for (struct inode *nd = g_by_ino[i], *next; nd; nd = next) {
@@ -363,7 +364,7 @@ static fuse_ino_t node_ref(const char *path)
 		 * ("\1latest=/<file>") takes the round's name (resolve_latest) */
 		if (pin && strncmp(pin, LATEST_AT "/", strlen(LATEST_AT) + 1) == 0)
 			room = PFS_ROUND_NAME_MAX;
-		nd = calloc(1, sizeof *nd + strlen(path) + 1 + room);
+		nd = pfs_xcalloc(1, sizeof *nd + strlen(path) + 1 + room);
 		nd->ino = g_next_ino++;
 		memcpy(nd->path, path, strlen(path) + 1);
 		nd->next_ino = g_by_ino[nd->ino % g_buckets];
@@ -422,11 +423,11 @@ static char *node_path(fuse_ino_t ino)
 	char *p = NULL;
 
 	if (ino == FUSE_ROOT_ID)
-		return strdup("/");
+		return pfs_xstrdup("/");
 	pthread_mutex_lock(&g_nodes_lock);
 	struct inode *nd = node_by_ino(ino);
 	if (nd)
-		p = strdup(nd->path);
+		p = pfs_xstrdup(nd->path);
 	pthread_mutex_unlock(&g_nodes_lock);
 	return p;
 }
@@ -437,7 +438,7 @@ static void node_set_doc(fuse_ino_t ino, char *doc, size_t len, time_t t)
 	pthread_mutex_lock(&g_nodes_lock);
 	struct inode *nd = node_by_ino(ino);
 	if (nd && !nd->doc) {
-		nd->doc = malloc(sizeof *nd->doc + len + 1);
+		nd->doc = pfs_xmalloc(sizeof *nd->doc + len + 1);
 		nd->doc->len = len;
 		nd->doc->t = t;
 		memcpy(nd->doc->text, doc, len);
@@ -458,7 +459,7 @@ static int node_doc(fuse_ino_t ino, char **copy, size_t *len, time_t *t)
 		*len = nd->doc->len;
 		*t = nd->doc->t;
 		if (copy) {
-			*copy = malloc(nd->doc->len + 1);
+			*copy = pfs_xmalloc(nd->doc->len + 1);
 			memcpy(*copy, nd->doc->text, nd->doc->len + 1);
 		}
 		rc = 0;
@@ -758,11 +759,11 @@ static void list_add(struct listing *d, const char *name, bool dir)
 {
 	if (d->n == d->cap) {
 		d->cap = d->cap ? d->cap * 2 : 16;
-		d->names = realloc(d->names, d->cap * sizeof *d->names);
-		d->is_dir = realloc(d->is_dir, d->cap);
+		d->names = pfs_xrealloc(d->names, d->cap * sizeof *d->names);
+		d->is_dir = pfs_xrealloc(d->is_dir, d->cap);
 	}
 	d->is_dir[d->n] = dir;
-	d->names[d->n++] = strdup(name);
+	d->names[d->n++] = pfs_xstrdup(name);
 }
 
 static void list_free(struct listing *d)
@@ -997,7 +998,7 @@ static int listing_nsec(struct loc *l, int flags, double *timeout, long *nsec)
 		*nsec = (long)(fresh_gen() % 1000000000);
 		return 0;
 	}
-	struct listing *d = calloc(1, sizeof *d);
+	struct listing *d = pfs_xcalloc(1, sizeof *d);
 	rc = list_dir(l, flags, true, d);
 	*nsec = rc ? 0 : (long)(list_sig(d) % 1000000000);
 	list_free(d);
@@ -1007,7 +1008,7 @@ static int listing_nsec(struct loc *l, int flags, double *timeout, long *nsec)
 /* The entries of d from off on, as many as fit in size. */
 static void reply_listing(fuse_req_t req, const struct listing *d, size_t size, off_t off)
 {
-	char *buf = malloc(size ? size : 1);
+	char *buf = pfs_xmalloc(size ? size : 1);
 	size_t used = 0;
 
 	for (size_t i = (size_t)off; off >= 0 && i < d->n; i++) {
@@ -1047,7 +1048,7 @@ static int open_file(struct loc *l, int flags, struct fuse_file_info *fi, struct
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
 		return -EROFS;
-	h = calloc(1, sizeof *h);
+	h = pfs_xcalloc(1, sizeof *h);
 	switch (l->node) {
 	case N_STATUS:
 		if (l->pinned) {
@@ -1129,7 +1130,7 @@ static void reply_read(fuse_req_t req, struct handle *h, size_t size, off_t off)
 		/* from a copy: once the reply is out, the reader may close (and
 		 * release free the document) while writev is still returning */
 		size_t n = (size_t)off >= h->len ? 0 : h->len - (size_t)off;
-		char *copy = malloc(n ? (n < size ? n : size) : 1);
+		char *copy = pfs_xmalloc(n ? (n < size ? n : size) : 1);
 		if (n)
 			memcpy(copy, h->doc + off, n < size ? n : size);
 		fuse_reply_buf(req, copy, n < size ? n : size);
@@ -1137,7 +1138,7 @@ static void reply_read(fuse_req_t req, struct handle *h, size_t size, off_t off)
 		return;
 	}
 	/* a plain pread: profiles are small, splicing them costs more */
-	char *buf = malloc(size ? size : 1);
+	char *buf = pfs_xmalloc(size ? size : 1);
 	ssize_t n = 0;
 	/* the fd's part (all of it without a tail), then the tail's */
 	size_t from_fd = !h->tail ? size : off >= h->fd_len ? 0 : (size_t)(h->fd_len - off);
@@ -1210,7 +1211,7 @@ static int failed(struct task *t, int rc, bool may_wait)
 /* The listing of a directory task (NULL and *rc if none). */
 static struct listing *task_listing(struct task *t, struct loc *l, bool quiet, int *rc)
 {
-	struct listing *d = calloc(1, sizeof *d);
+	struct listing *d = pfs_xcalloc(1, sizeof *d);
 
 	*rc = is_file(l->node) ? -ENOTDIR : list_dir(l, t->flags, quiet, d);
 	if (*rc) {
@@ -1306,7 +1307,7 @@ static void task_free(struct task *t)
 static void submit(fuse_req_t req, enum op op, fuse_ino_t ino, struct fuse_file_info *fi,
 		   size_t size, off_t off)
 {
-	struct task *t = calloc(1, sizeof *t);
+	struct task *t = pfs_xcalloc(1, sizeof *t);
 	struct loc l;
 	double wait = 15;
 	int rc;
@@ -1383,8 +1384,8 @@ static void queue_inval(struct inval *iv);
 static void listing_changed(const char *dir)
 {
 	if (g_no_opendir) {
-		struct inval *iv = calloc(1, sizeof *iv);
-		iv->dir = strdup(dir);
+		struct inval *iv = pfs_xcalloc(1, sizeof *iv);
+		iv->dir = pfs_xstrdup(dir);
 		queue_inval(iv);
 	}
 }
@@ -1417,11 +1418,11 @@ static void merged_changed(struct pfs_service *s)
 			continue; /* the kernel knows none of its names */
 		listing_changed(dir);
 		for (size_t i = 0; i <= n; i++) {
-			struct inval *iv = calloc(1, sizeof *iv);
+			struct inval *iv = pfs_xcalloc(1, sizeof *iv);
 			snprintf(name, sizeof name, i < n ? "%s.pb.gz" : "%s",
 				 i < n ? keys[i] : PFS_PGO_FILE);
-			iv->dir = strdup(dir);
-			iv->name = strdup(name);
+			iv->dir = pfs_xstrdup(dir);
+			iv->name = pfs_xstrdup(name);
 			queue_inval(iv);
 		}
 	}
@@ -1430,12 +1431,12 @@ static void merged_changed(struct pfs_service *s)
 
 static void on_removed(struct pfs_service *s, const char *round)
 {
-	struct inval *iv = calloc(1, sizeof *iv);
+	struct inval *iv = pfs_xcalloc(1, sizeof *iv);
 	size_t n = strlen(s->cluster->name) + strlen(s->name) + 3;
 
-	iv->dir = malloc(n);
+	iv->dir = pfs_xmalloc(n);
 	snprintf(iv->dir, n, "/%s/%s", s->cluster->name, s->name);
-	iv->name = strdup(round);
+	iv->name = pfs_xstrdup(round);
 	listing_changed(iv->dir);
 	queue_inval(iv);
 	merged_changed(s);

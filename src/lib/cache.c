@@ -5,6 +5,7 @@
 #include "cache.h"
 
 #include "log.h"
+#include "xalloc.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -373,17 +374,17 @@ struct pfs_staged *pfs_cache_stage(const char *cluster, const char *service, con
 		write_err(err, errlen, -dir);
 		return NULL;
 	}
-	c = calloc(1, sizeof *c);
+	c = pfs_xcalloc(1, sizeof *c);
 	int rc = stage(dir, data, len, mtime, c->name, err, errlen);
 	close(dir);
 	if (rc) {
 		free(c);
 		return NULL;
 	}
-	c->cluster = strdup(cluster);
-	c->service = strdup(service);
-	c->round = strdup(round);
-	c->file = strdup(file);
+	c->cluster = pfs_xstrdup(cluster);
+	c->service = pfs_xstrdup(service);
+	c->round = pfs_xstrdup(round);
+	c->file = pfs_xstrdup(file);
 	return (struct pfs_staged *)c;
 }
 

@@ -8,6 +8,7 @@
 #include "names.h"
 #include "pprof.h"
 #include "secrets.h"
+#include "xalloc.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -331,7 +332,7 @@ static char *url_for_log(const char *url, char *hostport, size_t hplen)
 	    curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK) {
 		curl_url_get(u, CURLUPART_PORT, &port, 0);
 		size_t n = strlen(scheme) + strlen(host) + strlen(path) + 16;
-		out = malloc(n);
+		out = pfs_xmalloc(n);
 		snprintf(out, n, "%s://%s%s%s%s", scheme, host, port ? ":" : "", port ? port : "",
 			 strcmp(path, "/") ? path : "");
 		snprintf(hostport, hplen, "%s%s%s", host, port ? "_" : "", port ? port : "");
@@ -370,24 +371,24 @@ void pfs_conf_template(const struct pfs_settings *s, struct pfs_target *t)
 	json_t *hv;
 
 	t->timeout = s->timeout;
-	t->headers = calloc(json_object_size(s->headers) + 2, sizeof(char *));
+	t->headers = pfs_xcalloc(json_object_size(s->headers) + 2, sizeof(char *));
 	if (s->token) {
 		size_t n = strlen(s->token) + 32;
-		t->headers[t->n_headers] = malloc(n);
+		t->headers[t->n_headers] = pfs_xmalloc(n);
 		snprintf(t->headers[t->n_headers++], n, "Authorization: Bearer %s", s->token);
 	}
 	json_object_foreach(s->headers, k, hv) {
 		size_t n = strlen(k) + json_string_length(hv) + 4;
-		t->headers[t->n_headers] = malloc(n);
+		t->headers[t->n_headers] = pfs_xmalloc(n);
 		snprintf(t->headers[t->n_headers++], n, "%s: %s", k, json_string_value(hv));
 	}
 	if (s->username) {
-		t->username = strdup(s->username);
-		t->password = strdup(s->password);
+		t->username = pfs_xstrdup(s->username);
+		t->password = pfs_xstrdup(s->password);
 	}
-	t->ca_file = s->ca_file ? strdup(s->ca_file) : NULL;
-	t->cert_file = s->cert_file ? strdup(s->cert_file) : NULL;
-	t->key_file = s->key_file ? strdup(s->key_file) : NULL;
+	t->ca_file = s->ca_file ? pfs_xstrdup(s->ca_file) : NULL;
+	t->cert_file = s->cert_file ? pfs_xstrdup(s->cert_file) : NULL;
+	t->key_file = s->key_file ? pfs_xstrdup(s->key_file) : NULL;
 	t->insecure = s->insecure;
 }
 
@@ -439,18 +440,18 @@ int pfs_conf_target(struct pfs_parser *p, json_t *v, const char *where, const st
 		pfs_conf_fail(p, field, "is not a valid URL");
 		goto out;
 	}
-	t->url = strdup(url);
+	t->url = pfs_xstrdup(url);
 	for (size_t n = strlen(t->url); n > 0 && t->url[n - 1] == '/'; n--)
 		t->url[n - 1] = '\0';
 	snprintf(field, sizeof field, "%s.name", where);
 	if (name && pfs_conf_name(p, field, "a target name", name))
 		goto out;
 	if (name) {
-		t->name = strdup(name);
+		t->name = pfs_xstrdup(name);
 	} else {
 		char safe[256];
 		pfs_name_sanitize(hostport, safe, sizeof safe);
-		t->name = strdup(safe);
+		t->name = pfs_xstrdup(safe);
 	}
 	pfs_conf_template(&s, t);
 	rc = 0;

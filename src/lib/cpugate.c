@@ -2,6 +2,7 @@
 #include "cpugate.h"
 
 #include "names.h"
+#include "xalloc.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -49,13 +50,13 @@ bool pfs_cpugate_enter(const char *key, void *job, double seconds)
 
 	if (!k) {
 		size_t n = strlen(key) + 1;
-		k = calloc(1, sizeof *k + n);
+		k = pfs_xcalloc(1, sizeof *k + n);
 		memcpy(k->name, key, n);
 		k->due = now + seconds;
 		*kp = k;
 		return true;
 	}
-	struct waiter *w = calloc(1, sizeof *w);
+	struct waiter *w = pfs_xcalloc(1, sizeof *w);
 	w->job = job;
 	w->seconds = seconds;
 	if (k->tail)

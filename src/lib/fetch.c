@@ -47,7 +47,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
 			f->over_budget = true;
 			return 0;
 		}
-		uint8_t *b = realloc(f->body, cap);
+		uint8_t *b = realloc(f->body, cap); /* budgeted: checked (xalloc.h) */
 		if (!b) {
 			pfs_mem_give(cap);
 			return 0;

@@ -36,7 +36,7 @@ static void *pb_alloc(void *data, size_t size)
 	(void)data;
 	if (!pfs_mem_take(size + HDR))
 		return NULL;
-	if (!(p = malloc(size + HDR))) {
+	if (!(p = malloc(size + HDR))) { /* budgeted: checked (xalloc.h) */
 		pfs_mem_give(size + HDR);
 		return NULL;
 	}

@@ -3,6 +3,7 @@
 
 #include "pprof.h"
 #include "profile.pb-c.h"
+#include "xalloc.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -44,7 +45,7 @@ static uint64_t fnv(const uint8_t *p, size_t n)
 static void ht_grow(struct htab *t)
 {
 	size_t cap = t->cap ? t->cap * 2 : 64;
-	struct hent *e = calloc(cap, sizeof *e);
+	struct hent *e = pfs_xcalloc(cap, sizeof *e);
 
 	for (size_t i = 0; i < t->cap; i++) {
 		if (!t->e[i].key)
@@ -78,7 +79,7 @@ static void ht_set(struct htab *t, struct hent *slot, uint64_t hash, const void 
 		   size_t klen, uint64_t val)
 {
 	slot->hash = hash;
-	slot->key = malloc(klen ? klen : 1);
+	slot->key = pfs_xmalloc(klen ? klen : 1);
 	memcpy(slot->key, key, klen);
 	slot->klen = klen;
 	slot->val = val;
@@ -105,7 +106,7 @@ static void kb_put(struct kbuf *k, const void *v, size_t n)
 		return; /* v may be NULL then */
 	if (k->n + n > k->cap) {
 		k->cap = (k->n + n) * 2 + 64;
-		k->p = realloc(k->p, k->cap);
+		k->p = pfs_xrealloc(k->p, k->cap);
 	}
 	memcpy(k->p + k->n, v, n);
 	k->n += n;
@@ -119,7 +120,7 @@ static void kb_u64(struct kbuf *k, uint64_t v) { kb_put(k, &v, sizeof v); }
 	do {                                                                     \
 		if ((n) == (cap)) {                                              \
 			(cap) = (cap) ? (cap) * 2 : 64;                          \
-			(arr) = realloc((arr), (cap) * sizeof *(arr));           \
+			(arr) = pfs_xrealloc((arr), (cap) * sizeof *(arr));           \
 		}                                                                \
 		(arr)[(n)++] = (item);                                           \
 	} while (0)
@@ -133,9 +134,9 @@ struct pfs_pb {
 
 struct pfs_pb *pfs_pb_new(void)
 {
-	struct pfs_pb *b = calloc(1, sizeof *b);
+	struct pfs_pb *b = pfs_xcalloc(1, sizeof *b);
 
-	b->p = malloc(sizeof *b->p);
+	b->p = pfs_xmalloc(sizeof *b->p);
 	perftools__profiles__profile__init(b->p);
 	pfs_pb_str(b, "");
 	return b;
@@ -164,13 +165,13 @@ int64_t pfs_pb_str(struct pfs_pb *b, const char *s)
 	if (e->key)
 		return (int64_t)e->val;
 	ht_set(&b->strs, e, h, s, n, b->p->n_string_table);
-	PUSH(b->p->string_table, b->p->n_string_table, b->cap_str, strdup(s));
+	PUSH(b->p->string_table, b->p->n_string_table, b->cap_str, pfs_xstrdup(s));
 	return (int64_t)(b->p->n_string_table - 1);
 }
 
 static Perftools__Profiles__ValueType *value_type(struct pfs_pb *b, const char *t, const char *u)
 {
-	Perftools__Profiles__ValueType *vt = malloc(sizeof *vt);
+	Perftools__Profiles__ValueType *vt = pfs_xmalloc(sizeof *vt);
 	perftools__profiles__value_type__init(vt);
 	vt->type = pfs_pb_str(b, t);
 	vt->unit = pfs_pb_str(b, u);
@@ -180,7 +181,7 @@ static Perftools__Profiles__ValueType *value_type(struct pfs_pb *b, const char *
 void pfs_pb_set_types(struct pfs_pb *b, const char *const *types, const char *const *units,
 		      size_t n, const char *period_type, const char *period_unit)
 {
-	b->p->sample_type = calloc(n ? n : 1, sizeof *b->p->sample_type);
+	b->p->sample_type = pfs_xcalloc(n ? n : 1, sizeof *b->p->sample_type);
 	for (size_t i = 0; i < n; i++)
 		b->p->sample_type[b->p->n_sample_type++] = value_type(b, types[i], units[i]);
 	if (period_type)
@@ -208,7 +209,7 @@ uint64_t pfs_pb_function(struct pfs_pb *b, int64_t name, int64_t system_name, in
 	e = ht_find(&b->fns, b->key.p, b->key.n, &h);
 	if (e->key)
 		return e->val;
-	Perftools__Profiles__Function *f = malloc(sizeof *f);
+	Perftools__Profiles__Function *f = pfs_xmalloc(sizeof *f);
 	perftools__profiles__function__init(f);
 	f->id = b->p->n_function + 1;
 	f->name = name;
@@ -236,7 +237,7 @@ uint64_t pfs_pb_mapping(struct pfs_pb *b, uint64_t start, uint64_t limit, uint64
 	e = ht_find(&b->maps, b->key.p, b->key.n, &h);
 	if (e->key)
 		return e->val;
-	Perftools__Profiles__Mapping *m = malloc(sizeof *m);
+	Perftools__Profiles__Mapping *m = pfs_xmalloc(sizeof *m);
 	perftools__profiles__mapping__init(m);
 	m->id = b->p->n_mapping + 1;
 	m->memory_start = start;
@@ -270,15 +271,15 @@ uint64_t pfs_pb_location(struct pfs_pb *b, uint64_t mapping_id, uint64_t address
 	e = ht_find(&b->locs, b->key.p, b->key.n, &h);
 	if (e->key)
 		return e->val;
-	Perftools__Profiles__Location *l = malloc(sizeof *l);
+	Perftools__Profiles__Location *l = pfs_xmalloc(sizeof *l);
 	perftools__profiles__location__init(l);
 	l->id = b->p->n_location + 1;
 	l->mapping_id = mapping_id;
 	l->address = address;
 	l->is_folded = is_folded;
-	l->line = calloc(n_lines ? n_lines : 1, sizeof *l->line);
+	l->line = pfs_xcalloc(n_lines ? n_lines : 1, sizeof *l->line);
 	for (size_t i = 0; i < n_lines; i++) {
-		Perftools__Profiles__Line *ln = malloc(sizeof *ln);
+		Perftools__Profiles__Line *ln = pfs_xmalloc(sizeof *ln);
 		perftools__profiles__line__init(ln);
 		ln->function_id = lines[i].function_id;
 		ln->line = lines[i].line;
@@ -322,20 +323,20 @@ static void sample_add_keyed(struct pfs_pb *b, const uint8_t *key, size_t klen,
 	memcpy(&n, key, sizeof n);
 	n_locs = (size_t)n;
 	n_labels = (klen - sizeof n - n_locs * sizeof(uint64_t)) / sizeof(struct pfs_pb_label);
-	Perftools__Profiles__Sample *s = malloc(sizeof *s);
+	Perftools__Profiles__Sample *s = pfs_xmalloc(sizeof *s);
 	perftools__profiles__sample__init(s);
-	s->location_id = malloc((n_locs ? n_locs : 1) * sizeof *s->location_id);
+	s->location_id = pfs_xmalloc((n_locs ? n_locs : 1) * sizeof *s->location_id);
 	if (n_locs)
 		memcpy(s->location_id, key + sizeof n, n_locs * sizeof *s->location_id);
 	s->n_location_id = n_locs;
-	s->value = malloc((nv ? nv : 1) * sizeof *values);
+	s->value = pfs_xmalloc((nv ? nv : 1) * sizeof *values);
 	memcpy(s->value, values, nv * sizeof *values);
 	s->n_value = nv;
-	s->label = calloc(n_labels ? n_labels : 1, sizeof *s->label);
+	s->label = pfs_xcalloc(n_labels ? n_labels : 1, sizeof *s->label);
 	for (size_t i = 0; i < n_labels; i++) {
 		struct pfs_pb_label pl;
 		memcpy(&pl, key + sizeof n + n_locs * sizeof(uint64_t) + i * sizeof pl, sizeof pl);
-		Perftools__Profiles__Label *l = malloc(sizeof *l);
+		Perftools__Profiles__Label *l = pfs_xmalloc(sizeof *l);
 		perftools__profiles__label__init(l);
 		l->key = pl.key;
 		l->str = pl.str;
@@ -357,7 +358,7 @@ void pfs_pb_sample(struct pfs_pb *b, const uint64_t *locs, size_t n_locs, const 
 int pfs_pb_finish(struct pfs_pb *b, uint8_t **gz, size_t *gzlen, char *err, size_t errlen)
 {
 	size_t n = perftools__profiles__profile__get_packed_size(b->p);
-	uint8_t *raw = malloc(n ? n : 1);
+	uint8_t *raw = pfs_xmalloc(n ? n : 1);
 	int rc;
 
 	perftools__profiles__profile__pack(b->p, raw);
@@ -435,7 +436,7 @@ static void idx_init(struct idx *x, const uint64_t *ids, size_t n)
 		dense = ids[i] == i + 1;
 	if (dense || n == 0)
 		return;
-	x->sorted = malloc(n * sizeof *x->sorted);
+	x->sorted = pfs_xmalloc(n * sizeof *x->sorted);
 	for (size_t i = 0; i < n; i++) {
 		x->sorted[i][0] = ids[i];
 		x->sorted[i][1] = i + 1;
@@ -516,7 +517,7 @@ static uint64_t map_location(struct src_map *m, size_t i, bool leaf)
 	}
 	if (l->n_line > m->cap_lines) {
 		m->cap_lines = l->n_line * 2;
-		m->lines = realloc(m->lines, m->cap_lines * sizeof *m->lines);
+		m->lines = pfs_xrealloc(m->lines, m->cap_lines * sizeof *m->lines);
 	}
 	for (size_t j = 0; j < l->n_line; j++) {
 		uint64_t want = l->line[j]->function_id;
@@ -552,10 +553,10 @@ static int add_profile(struct pfs_pb *b, const Profile *src, const struct pfs_me
 	size_t nf = src->n_function, nm = src->n_mapping, nl = src->n_location;
 	struct src_map m = {
 		.src = src, .b = b, .err = err, .errlen = errlen,
-		.fid = calloc(nf + 1, sizeof(uint64_t)), .fnew = calloc(nf + 1, sizeof(uint64_t)),
-		.mid = calloc(nm + 1, sizeof(uint64_t)), .mnew = calloc(nm + 1, sizeof(uint64_t)),
-		.lid = calloc(nl + 1, sizeof(uint64_t)), .lnew = calloc(nl + 1, sizeof(uint64_t)),
-		.vnew = calloc(nl + 1, sizeof(uint64_t)),
+		.fid = pfs_xcalloc(nf + 1, sizeof(uint64_t)), .fnew = pfs_xcalloc(nf + 1, sizeof(uint64_t)),
+		.mid = pfs_xcalloc(nm + 1, sizeof(uint64_t)), .mnew = pfs_xcalloc(nm + 1, sizeof(uint64_t)),
+		.lid = pfs_xcalloc(nl + 1, sizeof(uint64_t)), .lnew = pfs_xcalloc(nl + 1, sizeof(uint64_t)),
+		.vnew = pfs_xcalloc(nl + 1, sizeof(uint64_t)),
 	};
 	uint64_t *locs = NULL;
 	struct pfs_pb_label *labels = NULL;
@@ -587,7 +588,7 @@ static int add_profile(struct pfs_pb *b, const Profile *src, const struct pfs_me
 			n_locs = o->keep_locations; /* the leaf end: location_id[0] is the leaf */
 		if (n_locs > cap_locs) {
 			cap_locs = n_locs * 2;
-			locs = realloc(locs, cap_locs * sizeof *locs);
+			locs = pfs_xrealloc(locs, cap_locs * sizeof *locs);
 		}
 		for (size_t j = 0; j < n_locs; j++) {
 			size_t li = index_of(&m.lx, s->location_id[j]);
@@ -601,7 +602,7 @@ static int add_profile(struct pfs_pb *b, const Profile *src, const struct pfs_me
 		}
 		if (n_labels > cap_labels) {
 			cap_labels = n_labels * 2;
-			labels = realloc(labels, cap_labels * sizeof *labels);
+			labels = pfs_xrealloc(labels, cap_labels * sizeof *labels);
 		}
 		for (size_t j = 0; j < n_labels; j++) {
 			const Perftools__Profiles__Label *l = s->label[j];
@@ -670,7 +671,7 @@ int pfs_pprof_merge_ex(const uint8_t *const *in, const size_t *inlen, size_t n, 
 		       const struct pfs_merge_opts *o, uint8_t **gz, size_t *gzlen, char *err,
 		       size_t errlen)
 {
-	Profile **ps = calloc(n ? n : 1, sizeof *ps);
+	Profile **ps = pfs_xcalloc(n ? n : 1, sizeof *ps);
 	struct pfs_pb *b = NULL;
 	size_t kept = 0, first = 0;
 	int rc = -1;
@@ -782,7 +783,7 @@ static void stab_put(struct sink *k, struct pfs_pb *b, const uint64_t *locs, siz
 	if (!e->key) {
 		if (t->n == t->cap) {
 			t->cap = t->cap ? t->cap * 2 : 64;
-			t->v = realloc(t->v, t->cap * t->nv * sizeof *t->v);
+			t->v = pfs_xrealloc(t->v, t->cap * t->nv * sizeof *t->v);
 		}
 		memset(t->v + t->n * t->nv, 0, t->nv * sizeof *t->v);
 		ht_set(&t->h, e, h, b->key.p, b->key.n, t->n++);
@@ -920,7 +921,7 @@ static char *begin_line(const char *name, int64_t at)
 	fmt_time(at, t0);
 	snprintf(line, sizeof line, "%s: differences begin at its first snapshot, %s (none before it)",
 		 name, t0);
-	return strdup(line);
+	return pfs_xstrdup(line);
 }
 
 /* The comment lines of a merge (what went in, and each rule), at most
@@ -939,7 +940,7 @@ static size_t comment_lines(const Profile *p, const char *what, size_t n_snaps, 
 	snprintf(line, sizeof line, "%s: %zu %s%s of %zu %s%s, %s to %s", what, n_snaps,
 		 windows ? "window" : "snapshot", n_snaps == 1 ? "" : "s", n_series,
 		 windows ? "profile type" : "target", n_series == 1 ? "" : "s", t0, t1);
-	lines[n++] = strdup(line);
+	lines[n++] = pfs_xstrdup(line);
 	for (int r = 0; r < 3; r++) {
 		size_t o = 0;
 		for (size_t i = 0; i < nt; i++)
@@ -960,10 +961,10 @@ static size_t comment_lines(const Profile *p, const char *what, size_t n_snaps, 
 			snprintf(line + o, sizeof line - o,
 				 ": values at an instant, so per target the mean of its %s, targets "
 				 "summed", windows ? "windows" : "snapshots");
-		lines[n++] = strdup(line);
+		lines[n++] = pfs_xstrdup(line);
 	}
 	for (size_t i = 0; i < n_begins; i++)
-		lines[n++] = strdup(begins[i]);
+		lines[n++] = pfs_xstrdup(begins[i]);
 	return n;
 }
 
@@ -1029,7 +1030,7 @@ static int merge_series(struct range_merge *rm, size_t i, size_t end, struct pfs
 			if (end_at > rm->last)
 				rm->last = end_at;
 			if (!has_prev && rm->any_cum) {
-				rm->begins = realloc(rm->begins, (rm->n_begins + 1) * sizeof *rm->begins);
+				rm->begins = pfs_xrealloc(rm->begins, (rm->n_begins + 1) * sizeof *rm->begins);
 				rm->begins[rm->n_begins++] = begin_line(x->name, at);
 			}
 			series_step(s, &prev, &cur, rm->rule, has_prev, &rm->restarts);
@@ -1243,7 +1244,7 @@ static int merge_one_raw(const struct pfs_merge_in *x, bool has_base, size_t max
 		if (types[i] < 0 || types[i] >= (int64_t)nstr || types[i] >= 64 || units[i] < 0 ||
 		    units[i] >= (int64_t)nstr || units[i] >= 64)
 			goto names_out; /* a name past the first 64 strings: decode instead */
-		tstr[i] = strndup((const char *)strs[types[i]].p,
+		tstr[i] = pfs_xstrndup((const char *)strs[types[i]].p,
 				  (size_t)(strs[types[i]].end - strs[types[i]].p));
 		snprintf(unit, sizeof unit, "%.*s", (int)(strs[units[i]].end - strs[units[i]].p),
 			 (const char *)strs[units[i]].p);
@@ -1328,7 +1329,7 @@ int pfs_pprof_merge_range(const struct pfs_merge_in *in, size_t n, size_t max_ra
 			  struct pfs_merge_shape *shape, uint8_t **gz, size_t *gzlen, char *err,
 			  size_t errlen)
 {
-	const struct pfs_merge_in **order = calloc(n ? n : 1, sizeof *order);
+	const struct pfs_merge_in **order = pfs_xcalloc(n ? n : 1, sizeof *order);
 	const struct pfs_merge_opts plain = {0};
 	struct range_merge rm = {.order = order, .n = n, .max_raw = max_raw,
 				 .windows = rules->windows, .first = INT64_MAX, .last = INT64_MIN};
@@ -1383,10 +1384,10 @@ int pfs_pprof_merge_range(const struct pfs_merge_in *in, size_t n, size_t max_ra
 	if (rm.last < rm.first)
 		rm.last = rm.first;
 	pfs_pb_set_meta(g, rm.first, rm.last - rm.first, rm.period);
-	char **lines = calloc(4 + rm.n_begins, sizeof *lines);
+	char **lines = pfs_xcalloc(4 + rm.n_begins, sizeof *lines);
 	size_t nl = comment_lines(g->p, what, rm.n_snaps, rm.n_series, rm.first, rm.last, rm.rule,
 				  rules->windows, rm.restarts, rm.begins, rm.n_begins, lines);
-	g->p->comment = calloc(nl, sizeof *g->p->comment);
+	g->p->comment = pfs_xcalloc(nl, sizeof *g->p->comment);
 	for (size_t i = 0; i < nl; i++) {
 		g->p->comment[g->p->n_comment++] = pfs_pb_str(g, lines[i]);
 		free(lines[i]);

@@ -3,6 +3,7 @@
 
 #include "mem.h"
 #include "profile.pb-c.h"
+#include "xalloc.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -33,8 +34,14 @@ int pfs_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out, siz
 	}
 	if (cap > max_out)
 		cap = max_out;
-	if (!pfs_mem_take(cap) || !(buf = malloc(cap))) {
+	if (!pfs_mem_take(cap)) {
 		snprintf(err, errlen, "memory budget spent (max_memory %zu bytes)", pfs_mem_max());
+		inflateEnd(&z);
+		return -1;
+	}
+	if (!(buf = malloc(cap))) { /* budgeted: checked (xalloc.h) */
+		pfs_mem_give(cap);
+		snprintf(err, errlen, "out of memory inflating");
 		inflateEnd(&z);
 		return -1;
 	}
@@ -55,7 +62,7 @@ int pfs_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out, siz
 					 pfs_mem_max());
 				goto fail;
 			}
-			uint8_t *b = realloc(buf, want);
+			uint8_t *b = realloc(buf, want); /* budgeted: checked (xalloc.h) */
 			if (!b) {
 				pfs_mem_give(want);
 				snprintf(err, errlen, "out of memory inflating");
@@ -85,7 +92,7 @@ int pfs_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out, siz
 	inflateEnd(&z);
 	/* the caller holds n bytes of the budget until pfs_gunzip_free() */
 	if (n) {
-		uint8_t *b = realloc(buf, n);
+		uint8_t *b = pfs_xrealloc(buf, n);
 		buf = b ? b : buf;
 	}
 	pfs_mem_give(held - n);
@@ -126,7 +133,7 @@ static uint64_t *sorted_ids(size_t n, uint64_t (*id)(const void *, size_t), cons
 		i++;
 	if (i == n)
 		return NULL;
-	ids = malloc(n * sizeof *ids);
+	ids = pfs_xmalloc(n * sizeof *ids);
 	for (i = 0; i < n; i++)
 		if (!(ids[i] = id(tab, i)))
 			*zero = true;
@@ -328,7 +335,7 @@ int pfs_gzip(const uint8_t *in, size_t len, uint8_t **out, size_t *outlen, char 
 		return -1;
 	}
 	cap = deflateBound(&z, (uLong)len) + 32;
-	buf = malloc(cap);
+	buf = pfs_xmalloc(cap);
 	z.next_in = (Bytef *)in;
 	z.avail_in = (uInt)len;
 	z.next_out = buf;

@@ -2,6 +2,7 @@
  * attributes skipped, text with XML's five entities and character
  * references), with every bound explicit. */
 #include "s3xml.h"
+#include "xalloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,7 +237,7 @@ static int parse(struct reader *r)
 static int read_xml(const char *xml, size_t len, int (*on_end)(struct reader *, void *), void *arg,
 		    char *err, size_t errlen)
 {
-	struct reader *r = calloc(1, sizeof *r);
+	struct reader *r = pfs_xcalloc(1, sizeof *r);
 	int rc;
 
 	if (!xml) /* no body at all (NULL + 0 is undefined) */
@@ -327,7 +328,7 @@ static int on_list_end(struct reader *r, void *arg)
 		return 0; /* an Error document: its caller reports it */
 	} else if (at(r, 3, "ListBucketResult", "Contents", "Key")) {
 		free(d->key);
-		d->key = strdup(r->text);
+		d->key = pfs_xstrdup(r->text);
 	} else if (at(r, 3, "ListBucketResult", "Contents", "Size")) {
 		char *end;
 		unsigned long long v = strtoull(r->text, &end, 10);
@@ -340,7 +341,7 @@ static int on_list_end(struct reader *r, void *arg)
 			return fail(r, "an object without Key or Size");
 		if (l->n_objects == d->cap_objects) {
 			d->cap_objects = d->cap_objects ? d->cap_objects * 2 : 64;
-			l->objects = realloc(l->objects, d->cap_objects * sizeof *l->objects);
+			l->objects = pfs_xrealloc(l->objects, d->cap_objects * sizeof *l->objects);
 		}
 		l->objects[l->n_objects].key = d->key;
 		l->objects[l->n_objects++].size = d->size;
@@ -349,14 +350,14 @@ static int on_list_end(struct reader *r, void *arg)
 	} else if (at(r, 3, "ListBucketResult", "CommonPrefixes", "Prefix")) {
 		if (l->n_prefixes == d->cap_prefixes) {
 			d->cap_prefixes = d->cap_prefixes ? d->cap_prefixes * 2 : 64;
-			l->prefixes = realloc(l->prefixes, d->cap_prefixes * sizeof *l->prefixes);
+			l->prefixes = pfs_xrealloc(l->prefixes, d->cap_prefixes * sizeof *l->prefixes);
 		}
-		l->prefixes[l->n_prefixes++] = strdup(r->text);
+		l->prefixes[l->n_prefixes++] = pfs_xstrdup(r->text);
 	} else if (at(r, 2, "ListBucketResult", "IsTruncated", NULL)) {
 		l->truncated = strcmp(r->text, "true") == 0;
 	} else if (at(r, 2, "ListBucketResult", "NextContinuationToken", NULL)) {
 		free(l->next_token);
-		l->next_token = strdup(r->text);
+		l->next_token = pfs_xstrdup(r->text);
 	}
 	return 0;
 }

@@ -1,5 +1,6 @@
 /* The registry of secrets and their masking (secrets.h). */
 #include "secrets.h"
+#include "xalloc.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -23,13 +24,13 @@ static void add_one(const char *s, size_t len)
 			return;
 	if (g_n == g_cap) {
 		g_cap = g_cap ? g_cap * 2 : 16;
-		g_secrets = realloc(g_secrets, g_cap * sizeof *g_secrets);
+		g_secrets = pfs_xrealloc(g_secrets, g_cap * sizeof *g_secrets);
 	}
 	size_t at = 0;
 	while (at < g_n && strlen(g_secrets[at]) >= len)
 		at++;
 	memmove(g_secrets + at + 1, g_secrets + at, (g_n - at) * sizeof *g_secrets);
-	g_secrets[at] = strndup(s, len);
+	g_secrets[at] = pfs_xstrndup(s, len);
 	g_n++;
 }
 
@@ -38,7 +39,7 @@ static void add_one(const char *s, size_t len)
 static void add_encoded(const char *s, size_t len)
 {
 	static const char hex[] = "0123456789ABCDEF";
-	char *e = malloc(len * 3 + 1);
+	char *e = pfs_xmalloc(len * 3 + 1);
 	size_t o = 0;
 	bool differs = false;
 
@@ -61,7 +62,7 @@ static void add_encoded(const char *s, size_t len)
 /* The decoded form of a %XX-encoded s. */
 static void add_decoded(const char *s, size_t len)
 {
-	char *d = malloc(len + 1);
+	char *d = pfs_xmalloc(len + 1);
 	size_t o = 0;
 	bool differs = false;
 
@@ -106,8 +107,8 @@ void pfs_secret_add_basic(const char *user, const char *password)
 	if (!user || !password)
 		return;
 	n = strlen(user) + 1 + strlen(password);
-	in = malloc(n + 1);
-	out = malloc((n + 2) / 3 * 4 + 1);
+	in = pfs_xmalloc(n + 1);
+	out = pfs_xmalloc((n + 2) / 3 * 4 + 1);
 	snprintf(in, n + 1, "%s:%s", user, password);
 	for (size_t i = 0; i < n; i += 3) {
 		unsigned v = (unsigned char)in[i] << 16 | (i + 1 < n ? (unsigned char)in[i + 1] << 8 : 0) |
@@ -158,8 +159,8 @@ void pfs_secret_add_url(const char *url)
 	char *user = NULL, *pass = NULL;
 	if (at && (colon = memchr(auth, ':', (size_t)(at - auth)))) { /* user:password@ */
 		add_all(colon + 1, (size_t)(at - colon - 1));
-		user = strndup(auth, (size_t)(colon - auth)); /* sent as basic auth */
-		pass = strndup(colon + 1, (size_t)(at - colon - 1));
+		user = pfs_xstrndup(auth, (size_t)(colon - auth)); /* sent as basic auth */
+		pass = pfs_xstrndup(colon + 1, (size_t)(at - colon - 1));
 	}
 	if ((q = strchr(end, '?'))) /* the values of the query's secret keys */
 		for (const char *p = q + 1; *p && *p != '#';) {

@@ -1,21 +1,22 @@
 /* Targets: copy, headers, free (secrets wiped). */
 #include "target.h"
+#include "xalloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+static char *dup_or_null(const char *s) { return s ? pfs_xstrdup(s) : NULL; }
 
 void pfs_target_copy(const struct pfs_target *from, struct pfs_target *to)
 {
 	to->name = dup_or_null(from->name);
 	to->url = dup_or_null(from->url);
 	to->log_url = dup_or_null(from->log_url);
-	to->headers = calloc(from->n_headers + 1, sizeof(char *));
+	to->headers = pfs_xcalloc(from->n_headers + 1, sizeof(char *));
 	for (size_t i = 0; i < from->n_headers; i++)
-		to->headers[i] = strdup(from->headers[i]);
+		to->headers[i] = pfs_xstrdup(from->headers[i]);
 	to->n_headers = from->n_headers;
 	to->username = dup_or_null(from->username);
 	to->password = dup_or_null(from->password);
@@ -31,7 +32,7 @@ void pfs_target_copy(const struct pfs_target *from, struct pfs_target *to)
 void pfs_target_add_header(struct pfs_target *t, const char *name, const char *value)
 {
 	size_t n = strlen(name), len = n + strlen(value) + 3;
-	char *line = malloc(len);
+	char *line = pfs_xmalloc(len);
 
 	snprintf(line, len, "%s: %s", name, value);
 	for (size_t i = 0; i < t->n_headers; i++)
@@ -41,7 +42,7 @@ void pfs_target_add_header(struct pfs_target *t, const char *name, const char *v
 			t->headers[i] = line; /* it replaces one set in "headers" */
 			return;
 		}
-	t->headers = realloc(t->headers, (t->n_headers + 2) * sizeof *t->headers);
+	t->headers = pfs_xrealloc(t->headers, (t->n_headers + 2) * sizeof *t->headers);
 	t->headers[t->n_headers++] = line;
 }
 

@@ -1,5 +1,6 @@
 /* Worker pool: a FIFO queue and a fixed number of threads. */
 #include "work.h"
+#include "xalloc.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -41,7 +42,7 @@ static void *worker(void *unused)
 
 int pfs_work_start(int threads)
 {
-	g_threads = calloc((size_t)threads, sizeof *g_threads);
+	g_threads = pfs_xcalloc((size_t)threads, sizeof *g_threads);
 	for (g_n = 0; g_n < threads; g_n++)
 		if (pthread_create(&g_threads[g_n], NULL, worker, NULL))
 			return -1;
@@ -63,7 +64,7 @@ void pfs_work_stop(void)
 
 void pfs_work_submit(void (*fn)(void *arg), void *arg)
 {
-	struct item *it = malloc(sizeof *it);
+	struct item *it = pfs_xmalloc(sizeof *it);
 
 	it->fn = fn;
 	it->arg = arg;

@@ -8,6 +8,7 @@
 #include "snap/snap.h"
 #include "source/source.h"
 #include "lib/work.h"
+#include "lib/xalloc.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -105,7 +106,7 @@ size_t pfs_merged_keys(const struct pfs_service *s, const char ***keys)
 	size_t n = 0, nf = __atomic_load_n(&s->n_files, __ATOMIC_ACQUIRE);
 	const struct pfs_file *files = __atomic_load_n(&s->files, __ATOMIC_ACQUIRE);
 
-	*keys = malloc((nf ? nf : 1) * sizeof **keys);
+	*keys = pfs_xmalloc((nf ? nf : 1) * sizeof **keys);
 	for (size_t i = 0; i < nf; i++) {
 		bool seen = false;
 		for (size_t j = 0; j < n && !seen; j++)
@@ -147,7 +148,7 @@ static int read_fd(int fd, uint8_t **out, size_t *len)
 
 	if (fstat(fd, &st))
 		return -1;
-	*out = malloc((size_t)st.st_size + 1);
+	*out = pfs_xmalloc((size_t)st.st_size + 1);
 	while (off < (size_t)st.st_size) {
 		ssize_t n = read(fd, *out + off, (size_t)st.st_size - off);
 		if (n <= 0) {
@@ -209,10 +210,10 @@ static enum pfs_merge_rule kind_rule(void *arg, const char *type, const char *un
 static void build(struct pfs_service *s, const struct pfs_range *r, const char *key,
 		  const struct pfs_snap_input *in, size_t n, struct memo *m)
 {
-	struct pfs_merge_in *mi = calloc(n, sizeof *mi);
-	uint8_t **bufs = calloc(n, sizeof *bufs), *gz = NULL;
-	size_t *lens = calloc(n, sizeof *lens), gzlen = 0, n_in = 0, used = 0;
-	size_t *src = calloc(n ? n : 1, sizeof *src); /* mi[j] is in[src[j]] */
+	struct pfs_merge_in *mi = pfs_xcalloc(n, sizeof *mi);
+	uint8_t **bufs = pfs_xcalloc(n, sizeof *bufs), *gz = NULL;
+	size_t *lens = pfs_xcalloc(n, sizeof *lens), gzlen = 0, n_in = 0, used = 0;
+	size_t *src = pfs_xcalloc(n ? n : 1, sizeof *src); /* mi[j] is in[src[j]] */
 	char err[512] = "", dir[64], file[160], what[512];
 	bool pgo = is_pgo(key);
 	struct pfs_merge_shape shape = {0};
@@ -283,7 +284,7 @@ static void build(struct pfs_service *s, const struct pfs_range *r, const char *
 		if (shape.follows) {
 			const struct pfs_snap_input *x = &in[src[shape.which]];
 			snprintf(m->cur.round, sizeof m->cur.round, "%s", x->round);
-			m->cur.file = strdup(x->file);
+			m->cur.file = pfs_xstrdup(x->file);
 			m->cur.size += (off_t)lens[shape.which];
 		}
 		m->cur.sig = m->sig;
@@ -317,10 +318,10 @@ static struct memo *memo_for(struct pfs_service *s, const struct pfs_range *r, c
 	for (m = *bucket(s); m; m = m->next)
 		if (m->svc == s && m->range == r && strcmp(m->key, key) == 0)
 			return m;
-	m = calloc(1, sizeof *m);
+	m = pfs_xcalloc(1, sizeof *m);
 	m->svc = s;
 	m->range = r;
-	m->key = strdup(key);
+	m->key = pfs_xstrdup(key);
 	m->sig = 0;
 	m->rc = -ENOENT;
 	pthread_mutex_init(&m->lock, NULL);
@@ -425,7 +426,7 @@ void pfs_merged_prebuild(struct pfs_service *s, const struct pfs_range *r, const
 
 	if (stat_ex(s, r, key, PEEK, &size, &mtime, NULL, NULL) != -EAGAIN)
 		return; /* built, or nothing to build */
-	struct prebuild *p = calloc(1, sizeof *p);
+	struct prebuild *p = pfs_xcalloc(1, sizeof *p);
 	p->s = s;
 	p->r = r;
 	snprintf(p->key, sizeof p->key, "%s", key);
@@ -517,7 +518,7 @@ int pfs_merged_open(struct pfs_service *s, const struct pfs_range *r, const char
 			rc = *fd < 0 ? *fd : 0;
 		}
 		if (!rc) {
-			*tail = malloc(res->n_bytes);
+			*tail = pfs_xmalloc(res->n_bytes);
 			memcpy(*tail, res->bytes, res->n_bytes);
 			*tail_len = res->n_bytes;
 		}

@@ -3,6 +3,7 @@
 
 #include "lib/log.h"
 #include "lib/names.h"
+#include "lib/xalloc.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -55,7 +56,7 @@ static void index_services(struct pfs_cluster *c)
 	c->name_buckets = 16;
 	while (c->name_buckets < 2 * c->n_services)
 		c->name_buckets *= 2;
-	c->by_name = calloc(c->name_buckets, sizeof *c->by_name);
+	c->by_name = pfs_xcalloc(c->name_buckets, sizeof *c->by_name);
 	for (size_t i = 0; i < c->n_services; i++) {
 		size_t b = name_hash(c->services[i]->name) & (c->name_buckets - 1);
 		while (c->by_name[b])
@@ -96,7 +97,7 @@ size_t pfs_registry_services(struct pfs_cluster *c, struct pfs_service ***out)
 
 	pthread_mutex_lock(&c->lock);
 	n = c->n_services;
-	*out = malloc((n ? n : 1) * sizeof **out);
+	*out = pfs_xmalloc((n ? n : 1) * sizeof **out);
 	if (n) /* services is NULL before the first discovery */
 		memcpy(*out, c->services, n * sizeof **out);
 	pthread_mutex_unlock(&c->lock);
@@ -129,12 +130,12 @@ void pfs_registry_add_type(struct pfs_cluster *c, const char *type_id, const cha
 			name_type(&c->types[i], true);
 			shared = true;
 		}
-	c->types = realloc(c->types, (c->n_types + 1) * sizeof *c->types);
+	c->types = pfs_xrealloc(c->types, (c->n_types + 1) * sizeof *c->types);
 	f = &c->types[c->n_types++];
 	memset(f, 0, sizeof *f);
 	snprintf(f->pretty, sizeof f->pretty, "%s", pretty);
 	f->profile = -1;
-	f->type_id = strdup(type_id);
+	f->type_id = pfs_xstrdup(type_id);
 	name_type(f, shared);
 	/* the cache knows a type by its id, whatever it is shown as */
 	pfs_name_stable(type_id, key, sizeof key);
@@ -163,16 +164,16 @@ static struct pfs_service *add_service(struct pfs_cluster *c, const char *upstre
 			pfs_name_stable(both, name, sizeof name);
 			break;
 		}
-	s = calloc(1, sizeof *s);
-	s->name = strdup(name);
-	s->upstream = strdup(upstream);
+	s = pfs_xcalloc(1, sizeof *s);
+	s->name = pfs_xstrdup(name);
+	s->upstream = pfs_xstrdup(upstream);
 	s->cluster = c;
 	s->profiles = c->profiles;
 	s->cpu_seconds = c->cpu_seconds;
-	s->files = calloc(n_files ? n_files : 1, sizeof *s->files);
+	s->files = pfs_xcalloc(n_files ? n_files : 1, sizeof *s->files);
 	for (size_t i = 0; i < n_files; i++) {
 		s->files[i] = files[i];
-		s->files[i].type_id = files[i].type_id ? strdup(files[i].type_id) : NULL;
+		s->files[i].type_id = files[i].type_id ? pfs_xstrdup(files[i].type_id) : NULL;
 	}
 	s->n_files = n_files;
 	s->discovered = discovered;
@@ -180,7 +181,7 @@ static struct pfs_service *add_service(struct pfs_cluster *c, const char *upstre
 		g_on_added(s);
 	if (c->n_services == c->cap_services) {
 		c->cap_services = c->cap_services ? c->cap_services * 2 : 16;
-		c->services = realloc(c->services, c->cap_services * sizeof *c->services);
+		c->services = pfs_xrealloc(c->services, c->cap_services * sizeof *c->services);
 	}
 	c->services[c->n_services++] = s;
 	if (strcmp(name, display))

@@ -3,6 +3,7 @@
 
 #include "lib/confparse.h"
 #include "lib/log.h"
+#include "lib/xalloc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -14,7 +15,7 @@
 char *pfs_s3_encode(const char *s, bool keep_slash)
 {
 	static const char hex[] = "0123456789ABCDEF";
-	char *out = malloc(strlen(s) * 3 + 1), *o = out;
+	char *out = pfs_xmalloc(strlen(s) * 3 + 1), *o = out;
 
 	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
 		if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
@@ -133,7 +134,7 @@ static int read_credentials(const char *path, const char *profile, char **id, ch
 								      : NULL;
 		if (to) {
 			free(*to);
-			*to = strdup(v);
+			*to = pfs_xstrdup(v);
 		}
 	}
 	explicit_bzero(line, sizeof line);
@@ -208,13 +209,13 @@ int pfs_s3_parse(struct pfs_parser *p, json_t *obj, const char *where, const cha
 		secret = fsecret;
 		token = token ? token : ftoken;
 	}
-	*bucket_out = strdup(bucket);
+	*bucket_out = pfs_xstrdup(bucket);
 	if (asprintf(prefix_out, "%s%s", prefix, n && prefix[n - 1] != '/' ? "/" : "") < 0)
 		*prefix_out = NULL;
 	free(t->username);
 	free(t->password);
-	t->username = strdup(id);
-	t->password = strdup(secret);
+	t->username = pfs_xstrdup(id);
+	t->password = pfs_xstrdup(secret);
 	if (asprintf(&t->aws_sigv4, "aws:amz:%s:s3", pfs_s3_region(obj)) < 0)
 		t->aws_sigv4 = NULL;
 	pfs_target_add_header(t, "x-amz-content-sha256", PFS_S3_EMPTY_SHA256);

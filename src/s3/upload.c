@@ -12,6 +12,7 @@
 #include "s3.h"
 #include "registry/registry.h"
 #include "lib/names.h"
+#include "lib/xalloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -74,7 +75,7 @@ int pfs_upload_parse(struct pfs_parser *p, json_t *v, const struct pfs_settings 
 	if (pfs_conf_keys(p, v, "upload.", keys) ||
 	    pfs_conf_string(p, v, "endpoint", "upload.", &endpoint))
 		return -1;
-	u = calloc(1, sizeof *u);
+	u = pfs_xcalloc(1, sizeof *u);
 	cfg->upload = u;
 	u->threads = 2;
 	u->max_bytes = cfg->max_bytes;
@@ -172,7 +173,7 @@ static int read_cached(const struct item *it, const char *file, uint8_t **out, s
 		close(fd);
 		return -1;
 	}
-	*out = malloc((size_t)st.st_size);
+	*out = pfs_xmalloc((size_t)st.st_size);
 	for (size_t got = 0; got < (size_t)st.st_size; got += (size_t)n)
 		if ((n = pread(fd, *out + got, (size_t)st.st_size - got, (off_t)got)) <= 0) {
 			snprintf(err, errlen, "cache file: %s", n ? strerror(errno) : "short");
@@ -235,8 +236,8 @@ static void add_name(const char *file, void *arg)
 {
 	struct names *ns = arg;
 
-	ns->v = realloc(ns->v, (ns->n + 1) * sizeof *ns->v);
-	ns->v[ns->n++] = strdup(file);
+	ns->v = pfs_xrealloc(ns->v, (ns->n + 1) * sizeof *ns->v);
+	ns->v[ns->n++] = pfs_xstrdup(file);
 }
 
 /* Every file of the round, then its marker: 0 if all are there. */
@@ -284,10 +285,10 @@ void pfs_upload_round(struct pfs_service *s, const char *round)
 				 ".status.json)", MAX_QUEUED, g.stopping ? " or unmounting" : "");
 		goto out;
 	}
-	it = calloc(1, sizeof *it);
-	it->cluster = strdup(s->cluster->name);
-	it->service = strdup(s->name);
-	it->round = strdup(round);
+	it = pfs_xcalloc(1, sizeof *it);
+	it->cluster = pfs_xstrdup(s->cluster->name);
+	it->service = pfs_xstrdup(s->name);
+	it->round = pfs_xstrdup(round);
 	*pp = it;
 	g.n++;
 	pthread_cond_signal(&g.cond);
@@ -372,7 +373,7 @@ int pfs_upload_start(struct pfs_config *cfg)
 {
 	if (!(g.u = cfg->upload))
 		return 0;
-	g.threads = calloc(g.u->threads, sizeof *g.threads);
+	g.threads = pfs_xcalloc(g.u->threads, sizeof *g.threads);
 	for (; g.n_threads < g.u->threads; g.n_threads++)
 		if (pthread_create(&g.threads[g.n_threads], NULL, uploader_main, NULL))
 			return -1;

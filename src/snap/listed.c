@@ -12,6 +12,7 @@
 #include "lib/cache.h"
 #include "lib/log.h"
 #include "lib/names.h"
+#include "lib/xalloc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -37,15 +38,15 @@ static void reserve_files(struct pfs_service *s, size_t need)
 		return;
 	cap = cap ? cap * 2 : 8;
 	cap = cap < need ? need : cap;
-	struct pfs_file *files = calloc(cap, sizeof *files);
+	struct pfs_file *files = pfs_xcalloc(cap, sizeof *files);
 	if (s->n_files)
 		memcpy(files, s->files, s->n_files * sizeof *files);
-	st->retired = realloc(st->retired, (st->n_retired + 1) * sizeof *st->retired);
+	st->retired = pfs_xrealloc(st->retired, (st->n_retired + 1) * sizeof *st->retired);
 	st->retired[st->n_retired++] = s->files;
 	__atomic_store_n(&s->files, files, __ATOMIC_RELEASE);
 	st->cap_files = cap;
 	for (struct round *r = st->rounds; r; r = r->next) {
-		r->slots = realloc(r->slots, cap * sizeof *r->slots);
+		r->slots = pfs_xrealloc(r->slots, cap * sizeof *r->slots);
 		memset(r->slots + s->n_files, 0, (cap - s->n_files) * sizeof *r->slots);
 	}
 }
@@ -289,7 +290,7 @@ static void apply_rounds(struct pfs_service *s, const struct pfs_listed *e, size
 static void apply_files(struct pfs_service *s, struct round *r, const struct pfs_listed *e,
 			size_t n)
 {
-	bool *seen = calloc(MAX_LISTED_FILES + 1, sizeof *seen);
+	bool *seen = pfs_xcalloc(MAX_LISTED_FILES + 1, sizeof *seen);
 
 	r->marked = false;
 	for (size_t k = 0; k < n; k++) {

@@ -7,6 +7,7 @@
 #include "lib/cpugate.h"
 #include "lib/log.h"
 #include "lib/pprof.h"
+#include "lib/xalloc.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -251,8 +252,8 @@ void snap_start_slot(struct pfs_service *s, struct round *r, int slot, time_t no
 	    (sl->st == SLOT_FAILED && ((flags & PFS_SNAP_NO_RETRY) ||
 	     (now - sl->failed_at < (time_t)snap_cfg->retry_after && now >= sl->failed_at))))
 		return;
-	j = calloc(1, sizeof *j);
-	jp = calloc(1, sizeof *jp);
+	j = pfs_xcalloc(1, sizeof *j);
+	jp = pfs_xcalloc(1, sizeof *jp);
 	jp->round = r;
 	jp->slot = slot;
 	jp->expect = snap_pol(s)->sizes_listed ? sl->listed : 0;
@@ -271,7 +272,7 @@ void snap_start_slot(struct pfs_service *s, struct round *r, int slot, time_t no
 		ts->in_flight_since = now;
 	char key[512];
 	if (gate_key(s, slot, key, sizeof key)) {
-		jp->gate = strdup(key);
+		jp->gate = pfs_xstrdup(key);
 		if (!pfs_cpugate_enter(key, j, slot_timeout(s, slot))) {
 			pfs_job_set(&j->what, "%s", key); /* until it starts */
 			pfs_debug("cpu profile of %s/%s waits: another one of %s is being taken",

@@ -5,6 +5,7 @@
 
 #include "lib/cache.h"
 #include "lib/log.h"
+#include "lib/xalloc.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -102,10 +103,10 @@ struct round *snap_get_round(struct pfs_service *s, time_t t)
 		return r;
 	while (*pp && (*pp)->t < t)
 		pp = &(*pp)->next;
-	r = calloc(1, sizeof *r);
+	r = pfs_xcalloc(1, sizeof *r);
 	r->t = t;
 	memcpy(r->name, name, sizeof name);
-	r->slots = calloc(snap_slot_room(s), sizeof *r->slots);
+	r->slots = pfs_xcalloc(snap_slot_room(s), sizeof *r->slots);
 	/* Files frozen by an earlier mount are served as they are. */
 	for (size_t i = 0; i < s->n_files; i++)
 		if (pfs_cache_stat(s->cluster->name, s->name, name, s->files[i].key,
@@ -209,10 +210,10 @@ void pfs_snap_service_init(struct pfs_service *s)
 {
 	time_t now = time(NULL);
 
-	s->state = calloc(1, sizeof *s->state);
+	s->state = pfs_xcalloc(1, sizeof *s->state);
 	s->state->pol = policy_of(s->cluster);
 	s->state->n_stats = s->n_targets || s->discovered ? s->n_targets : 1;
-	s->state->stats = calloc(s->state->n_stats ? s->state->n_stats : 1, sizeof *s->state->stats);
+	s->state->stats = pfs_xcalloc(s->state->n_stats ? s->state->n_stats : 1, sizeof *s->state->stats);
 	pthread_mutex_lock(&snap_lock);
 	/* A discovered service's snapshots on disk name their targets: they
 	 * come back inactive, so those snapshots show as they were. */
@@ -436,7 +437,7 @@ static void add_input(struct pfs_service *s, struct round *r, size_t i, bool bas
 {
 	if (*n == *cap) {
 		*cap = *cap ? *cap * 2 : 16;
-		*out = realloc(*out, *cap * sizeof **out);
+		*out = pfs_xrealloc(*out, *cap * sizeof **out);
 	}
 	memcpy((*out)[*n].round, r->name, sizeof r->name);
 	snprintf((*out)[*n].file, sizeof (*out)[*n].file, "%s", s->files[i].key);
@@ -463,7 +464,7 @@ int pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since, 
 		pol->inputs_fetch(s, merge_key, since, now);
 	/* settled: only what is there is taken. Sized here: a listing the
 	 * waits above let in may have added files. */
-	in_range = calloc(s->n_files ? s->n_files : 1, sizeof *in_range);
+	in_range = pfs_xcalloc(s->n_files ? s->n_files : 1, sizeof *in_range);
 	for (struct round *r = s->state->rounds; in_range && r; r = r->next) {
 		if (r->t < since)
 			continue;

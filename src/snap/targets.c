@@ -6,6 +6,7 @@
 
 #include "lib/cache.h"
 #include "lib/names.h"
+#include "lib/xalloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,24 +68,24 @@ static void reserve(struct pfs_service *s, size_t need)
 		return;
 	cap = cap ? cap * 2 : 1; /* most services have one instance */
 	cap = cap < need ? need : cap;
-	struct pfs_target *targets = calloc(cap, sizeof *targets);
-	struct pfs_file *files = calloc(cap * per, sizeof *files);
+	struct pfs_target *targets = pfs_xcalloc(cap, sizeof *targets);
+	struct pfs_file *files = pfs_xcalloc(cap * per, sizeof *files);
 	if (s->n_targets)
 		memcpy(targets, s->targets, s->n_targets * sizeof *targets);
 	if (s->n_files)
 		memcpy(files, s->files, s->n_files * sizeof *files);
-	st->retired = realloc(st->retired, (st->n_retired + 2) * sizeof *st->retired);
+	st->retired = pfs_xrealloc(st->retired, (st->n_retired + 2) * sizeof *st->retired);
 	st->retired[st->n_retired++] = s->targets;
 	st->retired[st->n_retired++] = s->files;
 	/* readers without snap_lock (status, merged keys) read the count first */
 	__atomic_store_n(&s->targets, targets, __ATOMIC_RELEASE);
 	__atomic_store_n(&s->files, files, __ATOMIC_RELEASE);
-	st->active = realloc(st->active, cap * sizeof *st->active);
-	st->stats = realloc(st->stats, cap * sizeof *st->stats);
+	st->active = pfs_xrealloc(st->active, cap * sizeof *st->active);
+	st->stats = pfs_xrealloc(st->stats, cap * sizeof *st->stats);
 	memset(st->stats + st->n_stats, 0, (cap - st->n_stats) * sizeof *st->stats);
 	st->cap_targets = cap;
 	for (struct round *r = st->rounds; r; r = r->next) {
-		r->slots = realloc(r->slots, snap_slot_room(s) * sizeof *r->slots);
+		r->slots = pfs_xrealloc(r->slots, snap_slot_room(s) * sizeof *r->slots);
 		memset(r->slots + s->n_files, 0, (snap_slot_room(s) - s->n_files) * sizeof *r->slots);
 	}
 }
@@ -143,9 +144,9 @@ static void learn_file(const char *file, void *arg)
 		for (size_t i = 0; i < s->n_targets; i++)
 			if (strcmp(s->targets[i].name, inst) == 0)
 				return;
-		struct pfs_target t = {.name = strdup(inst), .url = strdup(""),
-				       .log_url = strdup("(not discovered now)"),
-				       .headers = calloc(1, sizeof(char *))};
+		struct pfs_target t = {.name = pfs_xstrdup(inst), .url = pfs_xstrdup(""),
+				       .log_url = pfs_xstrdup("(not discovered now)"),
+				       .headers = pfs_xcalloc(1, sizeof(char *))};
 		append_target(s, &t, false);
 		return;
 	}
@@ -187,13 +188,13 @@ void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n
 {
 	struct pfs_svc_state *st = s->state;
 	size_t known = s->n_targets, nb = 16;
-	bool *was = calloc(known ? known : 1, sizeof *was), *unused = NULL;
-	size_t *index, *fresh = calloc(n ? n : 1, sizeof *fresh), n_fresh = 0, reuse = 0;
+	bool *was = pfs_xcalloc(known ? known : 1, sizeof *was), *unused = NULL;
+	size_t *index, *fresh = pfs_xcalloc(n ? n : 1, sizeof *fresh), n_fresh = 0, reuse = 0;
 
 	*added = *gone = 0;
 	while (nb < 2 * known)
 		nb *= 2;
-	index = malloc(nb * sizeof *index); /* open hash of known names: index + 1 */
+	index = pfs_xmalloc(nb * sizeof *index); /* open hash of known names: index + 1 */
 	memset(index, 0, nb * sizeof *index);
 	pthread_mutex_lock(&snap_lock);
 	for (size_t i = 0; i < known; i++) {
@@ -230,7 +231,7 @@ void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n
 	for (size_t i = 0; i < known; i++)
 		*gone += was[i] && !st->active[i];
 	if (n_fresh) {
-		unused = calloc(known ? known : 1, sizeof *unused);
+		unused = pfs_xcalloc(known ? known : 1, sizeof *unused);
 		find_unused(s, unused);
 	}
 	for (size_t f = 0; f < n_fresh; f++) {

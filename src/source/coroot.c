@@ -16,6 +16,7 @@
 
 #include "lib/log.h"
 #include "lib/merge.h"
+#include "lib/xalloc.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -100,7 +101,7 @@ static int resolve_project(struct pfs_cluster *c, const struct pfs_target *t, ch
 			const char *pid = json_string_value(json_object_get(p, "id"));
 			const char *name = json_string_value(json_object_get(p, "name"));
 			if (pid && *pid && !*id && strcmp(by_name ? (name ? name : "") : pid, want) == 0)
-				*id = strdup(pid);
+				*id = pfs_xstrdup(pid);
 			if (!by_name && o < sizeof seen)
 				o += (size_t)snprintf(seen + o, sizeof seen - o, "%s%s (%s)", i ? ", " : "",
 						      name ? name : "", pid ? pid : "");
@@ -124,7 +125,7 @@ static void on_header(const char *line, size_t len, void *arg)
 	if (len > sizeof key && strncasecmp(line, key, sizeof key - 1) == 0) {
 		const char *v = line + sizeof key - 1;
 		free(*cookie);
-		*cookie = strndup(v, strcspn(v, ";\r\n"));
+		*cookie = pfs_xstrndup(v, strcspn(v, ";\r\n"));
 	}
 }
 
@@ -162,13 +163,13 @@ static int login(struct pfs_cluster *c, char *err, size_t errlen)
 		free(cookie);
 		return -1;
 	}
-	struct session *s = calloc(1, sizeof *s);
+	struct session *s = pfs_xcalloc(1, sizeof *s);
 	s->c = c;
 	s->t = *base;
-	s->t.headers = calloc(base->n_headers + 1, sizeof *s->t.headers);
+	s->t.headers = pfs_xcalloc(base->n_headers + 1, sizeof *s->t.headers);
 	memcpy(s->t.headers, base->headers, base->n_headers * sizeof *s->t.headers);
 	size_t n = strlen(cookie) + 32;
-	s->t.headers[base->n_headers] = malloc(n);
+	s->t.headers[base->n_headers] = pfs_xmalloc(n);
 	snprintf(s->t.headers[base->n_headers], n, "Cookie: coroot_session=%s", cookie);
 	s->t.n_headers = base->n_headers + 1;
 	explicit_bzero(cookie, strlen(cookie));
@@ -288,7 +289,7 @@ static void app_name(const char *id, int detail, char *out, size_t outlen)
  * the apps with it (the same names on every mount for the same apps). */
 static void app_names(const char *const *ids, size_t n, char (*names)[512])
 {
-	int *detail = calloc(n ? n : 1, sizeof *detail);
+	int *detail = pfs_xcalloc(n ? n : 1, sizeof *detail);
 
 	for (int level = 0; level <= 2; level++) {
 		for (size_t i = 0; i < n; i++)
@@ -359,19 +360,19 @@ static int discover(struct pfs_cluster *c, char *err, size_t errlen)
 	 * timeout, not one each */
 	apps = json_object_get(data, "applications");
 	size_t n = 0, cap = json_array_size(apps);
-	const char **ids = calloc(cap ? cap : 1, sizeof *ids);
-	char **urls = calloc(cap ? cap : 1, sizeof *urls);
-	struct pfs_fetch *res = calloc(cap ? cap : 1, sizeof *res);
+	const char **ids = pfs_xcalloc(cap ? cap : 1, sizeof *ids);
+	char **urls = pfs_xcalloc(cap ? cap : 1, sizeof *urls);
+	struct pfs_fetch *res = pfs_xcalloc(cap ? cap : 1, sizeof *res);
 	json_array_foreach(apps, i, a) {
 		const char *id = json_string_value(json_object_get(a, "id"));
 		if (!id || !*id)
 			continue;
 		ids[n] = id;
-		urls[n] = malloc(4096);
+		urls[n] = pfs_xmalloc(4096);
 		app_url(s, c, id, urls[n++], 4096);
 	}
 	pfs_http_sync_many(t, urls, n, res);
-	char (*names)[512] = calloc(n ? n : 1, sizeof *names);
+	char (*names)[512] = pfs_xcalloc(n ? n : 1, sizeof *names);
 	app_names((const char *const *)ids, n, names);
 	for (i = 0; i < n; i++) {
 		add_app(c, ids[i], names[i], &res[i]);
@@ -440,7 +441,7 @@ static int add_node(struct conv *cv, json_t *node, size_t depth)
  * upstream JSON decides the depth. */
 static int walk(struct conv *cv, json_t *root)
 {
-	struct frame *st = calloc(MAX_DEPTH + 1, sizeof *st);
+	struct frame *st = pfs_xcalloc(MAX_DEPTH + 1, sizeof *st);
 	size_t depth = 0; /* st[0] is the root, which is no frame */
 	int rc = 0;
 
@@ -497,7 +498,7 @@ static int decode(struct pfs_job *j, const uint8_t *body, size_t len, uint8_t **
 	} else if (!got || strcmp(got, type)) {
 		snprintf(err, errlen, "asked for profile type %s, got %s", type, got ? got : "none");
 	} else {
-		struct conv *cv = calloc(1, sizeof *cv);
+		struct conv *cv = pfs_xcalloc(1, sizeof *cv);
 		cv->b = pfs_pb_new();
 		cv->err = err;
 		cv->errlen = errlen;
@@ -563,7 +564,7 @@ static void cleanup(void)
 /* project (name or id), and the login: email, password[_env]. */
 static int parse(struct pfs_parser *p, json_t *obj, const char *where, struct pfs_cluster *c)
 {
-	struct coroot_conf *k = c->kind = calloc(1, sizeof *k);
+	struct coroot_conf *k = c->kind = pfs_xcalloc(1, sizeof *k);
 	const char *project = NULL, *email = NULL, *password = NULL;
 	char field[512];
 
@@ -576,9 +577,9 @@ static int parse(struct pfs_parser *p, json_t *obj, const char *where, struct pf
 			 !project ? "project" : !email ? "email" : "password");
 		return pfs_conf_fail(p, field, "is required for kind \"coroot\"");
 	}
-	k->project = strdup(project);
-	k->email = strdup(email);
-	k->password = strdup(password);
+	k->project = pfs_xstrdup(project);
+	k->email = pfs_xstrdup(email);
+	k->password = pfs_xstrdup(password);
 	return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "lib/confparse.h"
 
 #include "lib/log.h"
+#include "lib/xalloc.h"
 
 #include <jansson.h>
 #include <nats/nats.h>
@@ -90,7 +91,7 @@ static natsConnection *connection(struct pfs_cluster *c, char *err, size_t errle
 		nc = NULL;
 		goto out;
 	}
-	struct conn *k = calloc(1, sizeof *k);
+	struct conn *k = pfs_xcalloc(1, sizeof *k);
 	k->c = c;
 	k->nc = nc;
 	k->next = g_conns;
@@ -308,16 +309,16 @@ static bool cpu_key(const struct pfs_service *s, const struct pfs_file *f, char 
 /* A system-account user: user and password[_env], or token[_env]. */
 static int parse(struct pfs_parser *p, json_t *obj, const char *where, struct pfs_cluster *c)
 {
-	struct nats_conf *k = c->kind = calloc(1, sizeof *k);
+	struct nats_conf *k = c->kind = pfs_xcalloc(1, sizeof *k);
 	const char *user = NULL, *password = NULL, *token = NULL;
 
 	if (pfs_conf_string(p, obj, "user", where, &user) ||
 	    pfs_conf_secret(p, obj, "password", where, &password) ||
 	    pfs_conf_secret(p, obj, "token", where, &token))
 		return -1;
-	k->user = user ? strdup(user) : NULL;
-	k->password = password ? strdup(password) : NULL;
-	k->token = token ? strdup(token) : NULL;
+	k->user = user ? pfs_xstrdup(user) : NULL;
+	k->password = password ? pfs_xstrdup(password) : NULL;
+	k->token = token ? pfs_xstrdup(token) : NULL;
 	/* nats-server's PROFILEZ answers a cpu duration over 15 s with an error */
 	if (c->cpu_seconds > PFS_NATS_CPU_MAX) {
 		pfs_warn("config: %scpu_seconds: %g s is more than NATS PROFILEZ takes (at most "

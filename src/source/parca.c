@@ -8,6 +8,7 @@
 #include "source.h"
 
 #include "lib/confparse.h"
+#include "lib/xalloc.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -178,12 +179,12 @@ static void start(struct pfs_job *j)
 /* label: whose values are the services. */
 static int parse(struct pfs_parser *p, json_t *obj, const char *where, struct pfs_cluster *c)
 {
-	struct parca_conf *k = c->kind = calloc(1, sizeof *k);
+	struct parca_conf *k = c->kind = pfs_xcalloc(1, sizeof *k);
 	const char *label = "job";
 
 	if (pfs_conf_string(p, obj, "label", where, &label))
 		return -1;
-	k->label = strdup(label);
+	k->label = pfs_xstrdup(label);
 	return 0;
 }
 

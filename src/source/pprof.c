@@ -2,6 +2,7 @@
  * GET <base>/<profile>, or <base>/profile?seconds=N for cpu; the body is
  * already the gzip'd profile.proto that is served. */
 #include "source.h"
+#include "lib/xalloc.h"
 
 #include <curl/curl.h>
 #include <stdio.h>
@@ -12,7 +13,7 @@ static int decode_as_is(struct pfs_job *j, const uint8_t *body, size_t len, uint
 			size_t *gzlen, char *err, size_t errlen)
 {
 	(void)j, (void)err, (void)errlen;
-	*gz = malloc(len ? len : 1);
+	*gz = pfs_xmalloc(len ? len : 1);
 	if (len) /* an empty body has no buffer */
 		memcpy(*gz, body, len);
 	*gzlen = len;
@@ -31,7 +32,7 @@ static void profile_url(const struct pfs_target *t, const char *name, long secon
 	if (curl_url_set(u, CURLUPART_URL, t->url, 0) == CURLUE_OK &&
 	    curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK) {
 		size_t n = strlen(path) + strlen(name) + 2;
-		char *p = malloc(n);
+		char *p = pfs_xmalloc(n);
 		snprintf(p, n, "%s%s%s", path, path[strlen(path) - 1] == '/' ? "" : "/", name);
 		curl_url_set(u, CURLUPART_PATH, p, 0);
 		free(p);

@@ -13,6 +13,7 @@
 #include "lib/pprof.h"
 #include "profile.pb-c.h"
 #include "querier.pb-c.h"
+#include "lib/xalloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,7 @@ static int call(struct pfs_cluster *c, const char *method, const ProtobufCMessag
 {
 	char url[2048];
 	size_t n = protobuf_c_message_get_packed_size(req);
-	uint8_t *buf = malloc(n ? n : 1);
+	uint8_t *buf = pfs_xmalloc(n ? n : 1);
 	int rc;
 
 	protobuf_c_message_pack(req, buf);
@@ -153,7 +154,7 @@ static void start(struct pfs_job *j)
 	req.start = (int64_t)j->from * 1000;
 	req.end = (int64_t)j->to * 1000;
 	j->post_len = querier__v1__select_merge_profile_request__get_packed_size(&req);
-	j->post = malloc(j->post_len ? j->post_len : 1);
+	j->post = pfs_xmalloc(j->post_len ? j->post_len : 1);
 	querier__v1__select_merge_profile_request__pack(&req, j->post);
 	pfs_job_set(&j->url, "%s" SERVICE_PATH "SelectMergeProfile", c->api.target.url);
 	pfs_job_set(&j->what, "%s" SERVICE_PATH "SelectMergeProfile (%s, %s)",
@@ -165,7 +166,7 @@ static void start(struct pfs_job *j)
  * are the services. */
 static int parse(struct pfs_parser *p, json_t *obj, const char *where, struct pfs_cluster *c)
 {
-	struct pyroscope_conf *k = c->kind = calloc(1, sizeof *k);
+	struct pyroscope_conf *k = c->kind = pfs_xcalloc(1, sizeof *k);
 	const char *tenant = NULL, *label = "service_name";
 
 	if (pfs_conf_string(p, obj, "tenant", where, &tenant) ||
@@ -174,7 +175,7 @@ static int parse(struct pfs_parser *p, json_t *obj, const char *where, struct pf
 	if (tenant)
 		pfs_target_add_header(&c->api.target, "X-Scope-OrgID", tenant);
 	pfs_target_add_header(&c->api.target, "Connect-Protocol-Version", "1");
-	k->label = strdup(label);
+	k->label = pfs_xstrdup(label);
 	return 0;
 }
 

@@ -13,6 +13,7 @@
 #include "s3/s3.h"
 #include "lib/s3xml.h"
 #include "lib/work.h"
+#include "lib/xalloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,13 +101,13 @@ static int list_sync(struct pfs_cluster *c, const char *prefix,
 					rc = -1;
 					break;
 				}
-				char *part = strndup(name + plen, n);
+				char *part = pfs_xstrndup(name + plen, n);
 				fn(c, part);
 				free(part);
 			}
 		}
 		free(token);
-		token = !rc && l.truncated ? strdup(l.next_token) : NULL;
+		token = !rc && l.truncated ? pfs_xstrdup(l.next_token) : NULL;
 		pfs_s3_list_free(&l);
 		if (token && ++pages >= MAX_PAGES) {
 			snprintf(why, sizeof why, "more than %d pages", MAX_PAGES);
@@ -164,9 +165,9 @@ static void lister_add(struct lister *l, const char *name, size_t len, off_t siz
 {
 	if (l->n == l->cap) {
 		l->cap = l->cap ? l->cap * 2 : 64;
-		l->e = realloc(l->e, l->cap * sizeof *l->e);
+		l->e = pfs_xrealloc(l->e, l->cap * sizeof *l->e);
 	}
-	l->e[l->n].name = strndup(name, len);
+	l->e[l->n].name = pfs_xstrndup(name, len);
 	l->e[l->n++].size = size;
 }
 
@@ -224,7 +225,7 @@ static void lister_page(void *arg)
 		}
 	}
 	free(l->token);
-	l->token = page.truncated ? strdup(page.next_token) : NULL;
+	l->token = page.truncated ? pfs_xstrdup(page.next_token) : NULL;
 	pfs_s3_list_free(&page);
 	if (!l->token) {
 		lister_finish(l, NULL);
@@ -244,13 +245,13 @@ static void lister_done(struct pfs_fetch *f)
 
 static void list(struct pfs_service *s, const char *round, pfs_listed_fn done)
 {
-	struct lister *l = calloc(1, sizeof *l);
+	struct lister *l = pfs_xcalloc(1, sizeof *l);
 	char *sp = service_prefix(s);
 
 	l->s = s;
 	l->done = done;
 	if (round) {
-		l->round = strdup(round);
+		l->round = pfs_xstrdup(round);
 		if (asprintf(&l->prefix, "%s%s/", sp, round) < 0)
 			l->prefix = NULL;
 		free(sp);
@@ -284,7 +285,7 @@ static const char *const keys[] = {PFS_S3_KEYS, "list_ttl", "settle", "range", N
 
 static int parse(struct pfs_parser *p, json_t *obj, const char *where, struct pfs_cluster *c)
 {
-	struct s3_conf *k = c->kind = calloc(1, sizeof *k);
+	struct s3_conf *k = c->kind = pfs_xcalloc(1, sizeof *k);
 	struct pfs_api *a = &c->api;
 	char def[512];
 

@@ -7,6 +7,7 @@
 #include "lib/pprof.h"
 #include "profile.pb-c.h"
 #include "lib/work.h"
+#include "lib/xalloc.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -47,7 +48,7 @@ void pfs_rfc3339(time_t t, char out[32])
 
 char *pfs_url_escape(const char *s)
 {
-	char *e = curl_easy_escape(NULL, s, 0), *out = strdup(e ? e : "");
+	char *e = curl_easy_escape(NULL, s, 0), *out = pfs_xstrdup(e ? e : "");
 	curl_free(e);
 	return out;
 }
@@ -59,7 +60,7 @@ int pfs_base64_decode(const char *in, size_t len, uint8_t **out, size_t *outlen)
 	int bits = 0;
 	size_t n = 0;
 
-	*out = malloc(len / 4 * 3 + 4);
+	*out = pfs_xmalloc(len / 4 * 3 + 4);
 	for (size_t i = 0; i < len; i++) {
 		const char *p;
 		if (in[i] == '=')
@@ -171,7 +172,7 @@ void pfs_job_set(char **field, const char *fmt, ...)
 
 	va_start(ap, fmt);
 	if (vasprintf(&s, fmt, ap) < 0)
-		s = strdup("");
+		s = pfs_xstrdup("");
 	va_end(ap);
 	free(*field);
 	*field = s;
@@ -216,7 +217,7 @@ static int sync_run(struct pfs_fetch *f, uint8_t **body, size_t *len, char *err,
 	/* callers parse it as text: keep a NUL after the body; it is theirs
 	 * now, outside the budget */
 	pfs_mem_give(f->cap);
-	*body = realloc(f->body, f->len + 1);
+	*body = pfs_xrealloc(f->body, f->len + 1);
 	(*body)[f->len] = '\0';
 	*len = f->len;
 	return 0;

@@ -7,6 +7,7 @@
 #include "snap/snap.h"
 #include "source/source.h"
 #include "lib/secrets.h"
+#include "lib/xalloc.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -32,7 +33,7 @@ static void mask(json_t *v)
 	size_t i;
 
 	if (json_is_string(v)) {
-		char *copy = strdup(json_string_value(v));
+		char *copy = pfs_xstrdup(json_string_value(v));
 		pfs_secret_mask(copy);
 		if (strcmp(copy, json_string_value(v)))
 			json_string_set(v, copy);
@@ -114,7 +115,7 @@ char *pfs_status_json(struct pfs_config *cfg, time_t mounted_at, size_t *len)
 	out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	json_decref(root);
 	*len = strlen(out);
-	out = realloc(out, *len + 2);
+	out = pfs_xrealloc(out, *len + 2);
 	out[(*len)++] = '\n';
 	out[*len] = '\0';
 	return out;
