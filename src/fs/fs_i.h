@@ -76,6 +76,16 @@ struct loc {
 	fuse_ino_t ino;   /* pinned N_STATUS, N_RANGE_FILE: the node */
 };
 
+/* What a node names, resolved by name once, at its lookup (path.c): a
+ * request on the node takes it from here (fs_loc) and looks nothing up
+ * again. Every node has one: kept small. */
+struct fs_what {
+	void *owner;                   /* N_CLUSTER: the cluster; deeper: the service */
+	const struct pfs_range *range; /* N_RANGE*: the range */
+	int32_t slot;                  /* N_LATEST_FILE: the file's index, -1 until known */
+	uint8_t node;                  /* enum node */
+};
+
 /* Open handles: files and listings, freed at release (or at teardown,
  * for those whose release never came: unmounted by a signal). */
 
@@ -114,7 +124,8 @@ struct task {
 	fuse_req_t req;
 	enum op op;
 	fuse_ino_t ino;
-	char *path;
+	char *path;          /* the node's, and what it names: as at submit */
+	struct fs_what what;
 	struct fuse_file_info fi;
 	size_t size; /* OP_READ */
 	off_t off;
@@ -142,14 +153,18 @@ extern bool fs_no_opendir;
 
 /* path.c: what a path names (struct loc) */
 int fs_merged_stat(struct loc *l, int flags, bool peek, off_t *size, time_t *t, double *valid, uint64_t *version);
-int fs_parse_path(const char *path, struct loc *l);
+/* What path names, from what its node's lookup resolved (w) */
+int fs_loc(const char *path, const struct fs_what *w, struct loc *l);
+/* l, which named a directory, names its child name: resolved by name */
+int fs_loc_child(struct loc *l, const char *name);
+void fs_what_of(const struct loc *l, struct fs_what *w);
 bool fs_is_file(enum node n);
 
 /* node.c: nodes: inode number <-> path, counted by the kernel's lookups */
 uint64_t fs_hash_str(const char *s);
-fuse_ino_t fs_node_ref(const char *path);
+fuse_ino_t fs_node_ref(const char *path, const struct fs_what *w);
 void fs_node_forget(fuse_ino_t ino, uint64_t n);
-char *fs_node_path(fuse_ino_t ino);
+char *fs_node_path(fuse_ino_t ino, struct fs_what *w);
 void fs_node_set_doc(fuse_ino_t ino, char *doc, size_t len, time_t t);
 int fs_node_doc(fuse_ino_t ino, char **copy, size_t *len, time_t *t);
 int fs_resolve_latest(struct loc *l, int flags);

@@ -124,6 +124,7 @@ static void *inval_main(void *unused)
 	pthread_mutex_unlock(&g_inval_lock);
 	return NULL;
 }
+
 int fs_inval_start(void)
 {
 	return pthread_create(&g_inval_thread, NULL, inval_main, NULL) ? -1 : 0;

@@ -19,6 +19,7 @@ struct inode {
 		uint64_t version;  /* a merged/ file looked up unbuilt: the result it reads */
 	};
 	struct doc *doc;           /* a pinned .status.json */
+	struct fs_what what;       /* what it names, resolved at its lookup */
 	struct inode *next_ino, *next_path;
 	struct inode *limbo_prev, *limbo_next; /* forgotten, kept a while: g_limbo */
 	char path[];
@@ -91,7 +92,7 @@ static void limbo_out(struct inode *nd)
 }
 
 /* The node of path, made if new; one more lookup counted. */
-fuse_ino_t fs_node_ref(const char *path)
+fuse_ino_t fs_node_ref(const char *path, const struct fs_what *w)
 {
 	struct inode *nd;
 	fuse_ino_t ino;
@@ -116,6 +117,7 @@ fuse_ino_t fs_node_ref(const char *path)
 		nd = pfs_xcalloc(1, sizeof *nd + strlen(path) + 1 + room);
 		nd->ino = g_next_ino++;
 		memcpy(nd->path, path, strlen(path) + 1);
+		nd->what = *w;
 		nd->next_ino = g_by_ino[nd->ino % g_buckets];
 		g_by_ino[nd->ino % g_buckets] = nd;
 		nd->next_path = g_by_path[fs_hash_str(path) % g_buckets];
@@ -166,17 +168,21 @@ void fs_node_forget(fuse_ino_t ino, uint64_t n)
 	pthread_mutex_unlock(&g_nodes_lock);
 }
 
-/* The path of ino (malloc'd), or NULL. */
-char *fs_node_path(fuse_ino_t ino)
+/* The path of ino (malloc'd) and what it names (*w), or NULL if gone. */
+char *fs_node_path(fuse_ino_t ino, struct fs_what *w)
 {
 	char *p = NULL;
 
-	if (ino == FUSE_ROOT_ID)
+	if (ino == FUSE_ROOT_ID) {
+		*w = (struct fs_what){.node = N_ROOT, .slot = -1};
 		return pfs_xstrdup("/");
+	}
 	pthread_mutex_lock(&g_nodes_lock);
 	struct inode *nd = node_by_ino(ino);
-	if (nd)
+	if (nd) {
 		p = pfs_xstrdup(nd->path);
+		*w = nd->what;
+	}
 	pthread_mutex_unlock(&g_nodes_lock);
 	return p;
 }
@@ -366,6 +372,7 @@ fuse_ino_t fs_node_find(const char *path)
 	pthread_mutex_unlock(&g_nodes_lock);
 	return ino;
 }
+
 void fs_nodes_init(void)
 {
 	pthread_mutex_lock(&g_nodes_lock);

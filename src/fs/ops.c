@@ -67,7 +67,8 @@ static bool status_recent(uint64_t *gen)
 
 static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	char *dir = fs_node_path(parent), path[1024];
+	struct fs_what w;
+	char *dir = fs_node_path(parent, &w), path[1024];
 	struct fuse_entry_param e;
 	struct loc l;
 	int rc;
@@ -77,18 +78,18 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	rc = snprintf(path, sizeof path, "%s/%s", strcmp(dir, "/") ? dir : "", name);
-	free(dir);
 	fs_req = req;
 	memset(&e, 0, sizeof e);
 	if (rc >= (int)sizeof path || strlen(name) > 255) {
+		free(dir);
 		fuse_reply_err(req, ENAMETOOLONG);
 		goto out;
 	}
-	if (strchr(name, LATEST_AT[0])) { /* only fs_lookup makes such names */
-		fuse_reply_err(req, ENOENT);
-		goto out;
-	}
-	if ((rc = fs_parse_path(path, &l))) {
+	/* the parent as its lookup resolved it, and name resolved in it */
+	rc = strchr(name, LATEST_AT[0]) ? -ENOENT /* only fs_lookup makes such names */
+					 : fs_loc(dir, &w, &l);
+	free(dir);
+	if (rc || (rc = fs_loc_child(&l, name))) {
 		fuse_reply_err(req, -rc);
 		goto out;
 	}
@@ -149,7 +150,8 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		e.attr_timeout = FROZEN_TIMEOUT;
 		e.entry_timeout = 0;
 	}
-	e.ino = fs_node_ref(path);
+	fs_what_of(&l, &w);
+	e.ino = fs_node_ref(path, &w);
 	if (l.node == N_STATUS && !doc) {
 		time_t t;
 		if (fs_node_doc(e.ino, NULL, &doc_len, &t) == 0) {

@@ -63,7 +63,7 @@ static int run_task(struct task *t, bool may_wait)
 	double timeout;
 	int rc;
 
-	if ((rc = fs_parse_path(t->path, &l))) {
+	if ((rc = fs_loc(t->path, &t->what, &l))) {
 		reply_err(t, -rc);
 		return 0;
 	}
@@ -151,7 +151,7 @@ void fs_submit(fuse_req_t req, enum op op, fuse_ino_t ino, struct fuse_file_info
 	t->off = off;
 	if (fi)
 		t->fi = *fi;
-	if (!(t->path = fs_node_path(ino))) {
+	if (!(t->path = fs_node_path(ino, &t->what))) {
 		fuse_reply_err(req, ESTALE);
 		task_free(t);
 		return;
@@ -163,7 +163,7 @@ void fs_submit(fuse_req_t req, enum op op, fuse_ino_t ino, struct fuse_file_info
 		task_free(t);
 		return;
 	}
-	if (fs_parse_path(t->path, &l) == 0 && l.service)
+	if (fs_loc(t->path, &t->what, &l) == 0 && l.service)
 		wait = pfs_snap_max_wait(l.service);
 	t->flags = PFS_SNAP_NO_RETRY;
 	clock_gettime(CLOCK_MONOTONIC, &t->deadline);

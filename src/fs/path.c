@@ -1,4 +1,6 @@
-/* What a path names: parse_path() reads it into a struct loc. */
+/* What a path names (struct loc): resolved by name one component at a
+ * time as the kernel looks it up (fs_loc_child), and kept by its node
+ * (struct fs_what), so a request on a node looks nothing up again (fs_loc). */
 #include "fs_i.h"
 
 /* The merge key a merged/<range>/ file name stands for, if the service has it. */
@@ -62,85 +64,148 @@ static bool pin_of(char *part, struct loc *l)
 	return true;
 }
 
-int fs_parse_path(const char *path, struct loc *l)
+/* How deep what node names is: the depth of its last component. */
+static int depth_of(enum node n)
+{
+	switch (n) {
+	case N_ROOT:
+		return 0;
+	case N_STATUS:
+	case N_CLUSTER:
+		return 1;
+	case N_SERVICE:
+		return 2;
+	case N_LATEST:
+	case N_ROUND:
+	case N_MERGED:
+		return 3;
+	case N_LATEST_FILE:
+	case N_ROUND_FILE:
+	case N_RANGE:
+		return 4;
+	default:
+		return 5;
+	}
+}
+
+/* The cluster and service a node's lookup resolved. */
+static struct pfs_cluster *what_cluster(const struct fs_what *w)
+{
+	return w->node == N_CLUSTER ? w->owner : ((struct pfs_service *)w->owner)->cluster;
+}
+
+static struct pfs_service *what_service(const struct fs_what *w)
+{
+	return w->owner;
+}
+
+/* One more component: l, which named its parent, names part in it. With
+ * w (what a node's lookup resolved) nothing is looked up by name again. */
+static int step(struct loc *l, char *part, const struct fs_what *w)
+{
+	switch (depth_of(l->node) + 1) {
+	case 1:
+		if (pin_of(part, l)) {
+			if (strcmp(part, PFS_STATUS_FILE))
+				return -ENOENT;
+			l->node = N_STATUS;
+			return 0;
+		}
+		if (strcmp(part, PFS_STATUS_FILE) == 0) {
+			l->node = N_STATUS;
+			return 0;
+		}
+		if (!(l->cluster = w ? what_cluster(w) : pfs_registry_cluster(fs_cfg, part)))
+			return -ENOENT;
+		l->node = N_CLUSTER;
+		return 0;
+	case 2:
+		if (l->node != N_CLUSTER ||
+		    !(l->service = w ? what_service(w) : pfs_registry_service(l->cluster, part)))
+			return -ENOENT;
+		l->node = N_SERVICE;
+		return 0;
+	case 3:
+		if (strcmp(part, LATEST) == 0) {
+			l->node = N_LATEST;
+		} else if (strncmp(part, LATEST_AT, strlen(LATEST_AT)) == 0) {
+			if (copy_part(l->round, sizeof l->round, part + strlen(LATEST_AT)))
+				return -ENOENT;
+			l->node = N_LATEST;
+			l->pinned = true;
+		} else if (strcmp(part, PFS_MERGED_DIR) == 0)
+			l->node = N_MERGED;
+		else if (copy_part(l->round, sizeof l->round, part) == 0)
+			l->node = N_ROUND;
+		else
+			return -ENOENT;
+		return 0;
+	case 4:
+		if (l->node == N_MERGED) {
+			if (!(l->range = w ? w->range : pfs_merged_range(fs_cfg, part)))
+				return -ENOENT;
+			l->node = N_RANGE;
+			return 0;
+		}
+		if (copy_part(l->file, sizeof l->file, part))
+			return -ENOENT;
+		if (l->node != N_LATEST) {
+			l->node = N_ROUND_FILE;
+			return 0;
+		}
+		/* a listed kind's (s3) names come with its listing: the index
+		 * is looked up until it is known */
+		l->slot = w && w->slot >= 0 ? w->slot : pfs_snap_file_index(l->service, part);
+		if (!w && l->slot < 0 && !pfs_snap_names_listed(l->service))
+			return -ENOENT;
+		l->node = N_LATEST_FILE;
+		return 0;
+	case 5:
+		pin_of(part, l);
+		if (l->node != N_RANGE || copy_part(l->file, sizeof l->file, part))
+			return -ENOENT;
+		if (!w && merged_key_of(l->service, part, l->key, sizeof l->key))
+			return -ENOENT;
+		if (w) /* its lookup found the key: the name less ".pb.gz" */
+			snprintf(l->key, sizeof l->key, "%.*s",
+				 (int)strlen(part) - (strcmp(part, PFS_PGO_FILE) ? 6 : 0), part);
+		l->node = N_RANGE_FILE;
+		return 0;
+	default:
+		return -ENOENT;
+	}
+}
+
+int fs_loc(const char *path, const struct fs_what *w, struct loc *l)
 {
 	char buf[1024], *save = NULL, *part;
-	int depth = 0;
+	int rc = 0;
 
 	memset(l, 0, sizeof *l);
 	if (strlen(path) >= sizeof buf)
 		return -ENAMETOOLONG;
 	snprintf(buf, sizeof buf, "%s", path);
 	l->node = N_ROOT;
-	for (part = strtok_r(buf, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
-		switch (++depth) {
-		case 1:
-			if (pin_of(part, l)) {
-				if (strcmp(part, PFS_STATUS_FILE))
-					return -ENOENT;
-				l->node = N_STATUS;
-				break;
-			}
-			if (strcmp(part, PFS_STATUS_FILE) == 0) {
-				l->node = N_STATUS;
-				break;
-			}
-			if (!(l->cluster = pfs_registry_cluster(fs_cfg, part)))
-				return -ENOENT;
-			l->node = N_CLUSTER;
-			break;
-		case 2:
-			if (l->node != N_CLUSTER || !(l->service = pfs_registry_service(l->cluster, part)))
-				return -ENOENT;
-			l->node = N_SERVICE;
-			break;
-		case 3:
-			if (strcmp(part, LATEST) == 0) {
-				l->node = N_LATEST;
-			} else if (strncmp(part, LATEST_AT, strlen(LATEST_AT)) == 0) {
-				if (copy_part(l->round, sizeof l->round, part + strlen(LATEST_AT)))
-					return -ENOENT;
-				l->node = N_LATEST;
-				l->pinned = true;
-			} else if (strcmp(part, PFS_MERGED_DIR) == 0)
-				l->node = N_MERGED;
-			else if (copy_part(l->round, sizeof l->round, part) == 0)
-				l->node = N_ROUND;
-			else
-				return -ENOENT;
-			break;
-		case 4:
-			if (l->node == N_MERGED) {
-				if (!(l->range = pfs_merged_range(fs_cfg, part)))
-					return -ENOENT;
-				l->node = N_RANGE;
-				break;
-			}
-			if (copy_part(l->file, sizeof l->file, part))
-				return -ENOENT;
-			if (l->node == N_LATEST) {
-				/* a listed kind's (s3) names come with its listing */
-				if ((l->slot = pfs_snap_file_index(l->service, part)) < 0 &&
-				    !pfs_snap_names_listed(l->service))
-					return -ENOENT;
-				l->node = N_LATEST_FILE;
-			} else {
-				l->node = N_ROUND_FILE;
-			}
-			break;
-		case 5:
-			pin_of(part, l);
-			if (l->node != N_RANGE ||
-			    merged_key_of(l->service, part, l->key, sizeof l->key))
-				return -ENOENT;
-			copy_part(l->file, sizeof l->file, part);
-			l->node = N_RANGE_FILE;
-			break;
-		default:
-			return -ENOENT;
-		}
-	}
-	return 0;
+	for (part = strtok_r(buf, "/", &save); part && !rc; part = strtok_r(NULL, "/", &save))
+		rc = step(l, part, w);
+	return rc;
+}
+
+int fs_loc_child(struct loc *l, const char *name)
+{
+	char part[256];
+
+	if (copy_part(part, sizeof part, name))
+		return -ENAMETOOLONG;
+	return step(l, part, NULL);
+}
+
+void fs_what_of(const struct loc *l, struct fs_what *w)
+{
+	w->node = (uint8_t)l->node;
+	w->owner = l->service ? (void *)l->service : (void *)l->cluster;
+	w->range = l->range;
+	w->slot = l->node == N_LATEST_FILE ? l->slot : -1;
 }
 
 bool fs_is_file(enum node n)
