@@ -27,7 +27,7 @@ static double listed_wait(const struct pfs_service *s)
 	return s->cluster->api.target.timeout * LIST_WAIT_FACTOR + 5;
 }
 
-/* Room for `need` files. Jobs in flight point into files without snap_lock:
+/* Room for `need` files. Jobs in flight point into files without snap.lock:
  * an outgrown array is kept until the service is freed. */
 static void reserve_files(struct pfs_service *s, size_t need)
 {
@@ -140,7 +140,7 @@ static void start_listing(struct pfs_service *s, struct round *r, time_t now, in
 	time_t at = r ? r->listed_at : st->listed_at;
 	bool ok = r ? r->listed_ok : st->listed_ok, *busy = r ? &r->listing : &st->listing;
 
-	if (*busy || snap_draining)
+	if (*busy || snap.draining)
 		return;
 	if (at && now >= at) {
 		if (r && final(s, r))
@@ -149,7 +149,7 @@ static void start_listing(struct pfs_service *s, struct round *r, time_t now, in
 		 * answered: it takes that answer (and never lists in a loop) */
 		if ((flags & PFS_SNAP_NO_RETRY) || now - at < 1)
 			return;
-		if (ok ? now - at < (time_t)a->list_ttl : now - at < (time_t)snap_cfg->retry_after)
+		if (ok ? now - at < (time_t)a->list_ttl : now - at < (time_t)snap.cfg->retry_after)
 			return;
 	}
 	*busy = true;
@@ -329,10 +329,10 @@ static void listed(struct pfs_service *s, const char *round, const struct pfs_li
 	bool say = false, again = false;
 	char what[512];
 
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	struct round *r = round ? snap_find_round(s, round) : NULL; /* pinned: still there */
 	if (round && !r) {
-		pthread_mutex_unlock(&snap_lock);
+		pthread_mutex_unlock(&snap.lock);
 		return;
 	}
 	if (!err) {
@@ -360,16 +360,16 @@ static void listed(struct pfs_service *s, const char *round, const struct pfs_li
 		st->listed_at = now;
 		st->listed_ok = st->listed_ok || !err;
 	}
-	pthread_cond_broadcast(&snap_cond);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_cond_broadcast(&snap.cond);
+	pthread_mutex_unlock(&snap.lock);
 	snprintf(what, sizeof what, "%s/%s%s%s", s->cluster->name, s->name, round ? "/" : "",
 		 round ? round : "");
 	if (say)
 		pfs_err("list %s failed: %s", what, err);
 	else if (again)
 		pfs_info("list %s works again", what);
-	if (snap_on_change)
-		snap_on_change(s);
+	if (snap.on_change)
+		snap.on_change(s);
 }
 
 /* ---- the policy ---- */

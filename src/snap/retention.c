@@ -15,7 +15,7 @@
  * in range. */
 static time_t keep_from(const struct pfs_service *s, time_t now)
 {
-	double keep = snap_cfg->retention;
+	double keep = snap.cfg->retention;
 
 	if (snap_pol(s)->keeps_range && s->cluster->api.range + s->cluster->api.window > keep)
 		keep = s->cluster->api.range + s->cluster->api.window;
@@ -50,8 +50,8 @@ void snap_prune(struct pfs_service *s, time_t now)
 				 r->name, strerror(-rc));
 		else
 			pfs_debug("retention: removed %s/%s/%s", s->cluster->name, s->name, r->name);
-		if (snap_on_removed) /* the kernel may cache it: it only queues */
-			snap_on_removed(s, r->name);
+		if (snap.on_removed) /* the kernel may cache it: it only queues */
+			snap.on_removed(s, r->name);
 		*pp = r->next;
 		snap_free_round(r);
 	}
@@ -62,9 +62,9 @@ void snap_prune(struct pfs_service *s, time_t now)
 static void sweep_round(const char *cluster, const char *service, const char *round, void *arg)
 {
 	time_t now = *(time_t *)arg, t;
-	struct pfs_cluster *c = pfs_registry_cluster(snap_cfg, cluster);
+	struct pfs_cluster *c = pfs_registry_cluster(snap.cfg, cluster);
 
-	if (pfs_name_parse_time(round, &t) || t >= now - (time_t)snap_cfg->retention)
+	if (pfs_name_parse_time(round, &t) || t >= now - (time_t)snap.cfg->retention)
 		return;
 	if (c) {
 		pthread_mutex_lock(&c->lock);
@@ -84,13 +84,13 @@ void pfs_snap_sweep(void)
 {
 	time_t now = time(NULL);
 
-	for (size_t i = 0; i < snap_cfg->n_clusters; i++) {
+	for (size_t i = 0; i < snap.cfg->n_clusters; i++) {
 		struct pfs_service **svcs;
-		size_t n = pfs_registry_services(&snap_cfg->clusters[i], &svcs);
-		pthread_mutex_lock(&snap_lock);
+		size_t n = pfs_registry_services(&snap.cfg->clusters[i], &svcs);
+		pthread_mutex_lock(&snap.lock);
 		for (size_t j = 0; j < n; j++)
 			snap_prune(svcs[j], now);
-		pthread_mutex_unlock(&snap_lock);
+		pthread_mutex_unlock(&snap.lock);
 		free(svcs);
 	}
 	pfs_cache_each_round(sweep_round, &now);
@@ -104,21 +104,21 @@ static void *sweeper_main(void *unused)
 {
 	/* Often enough that nothing outlives retention by more than half of
 	 * it; at most every 5 minutes, at least every second. */
-	double every = snap_cfg->retention / 2 > 300 ? 300 : snap_cfg->retention / 2 < 1 ? 1 : snap_cfg->retention / 2;
+	double every = snap.cfg->retention / 2 > 300 ? 300 : snap.cfg->retention / 2 < 1 ? 1 : snap.cfg->retention / 2;
 	struct timespec dl;
 
 	(void)unused;
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	while (!g_sweep_stop) {
 		clock_gettime(CLOCK_MONOTONIC, &dl);
 		dl.tv_sec += (time_t)every;
-		if (pthread_cond_timedwait(&g_sweep_cond, &snap_lock, &dl) != ETIMEDOUT || g_sweep_stop)
+		if (pthread_cond_timedwait(&g_sweep_cond, &snap.lock, &dl) != ETIMEDOUT || g_sweep_stop)
 			continue;
-		pthread_mutex_unlock(&snap_lock);
+		pthread_mutex_unlock(&snap.lock);
 		pfs_snap_sweep();
-		pthread_mutex_lock(&snap_lock);
+		pthread_mutex_lock(&snap.lock);
 	}
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return NULL;
 }
 
@@ -134,9 +134,9 @@ int pfs_snap_sweeper_start(void)
 
 void pfs_snap_sweeper_stop(void)
 {
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	g_sweep_stop = true;
 	pthread_cond_signal(&g_sweep_cond);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	pthread_join(g_sweeper, NULL);
 }

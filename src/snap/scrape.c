@@ -13,7 +13,7 @@ static bool fresh(const struct pfs_service *s, const struct round *r, time_t now
 	time_t since = r->settled_at > r->t ? r->settled_at : r->t;
 
 	return snap_round_has(s, r, SLOT_FETCHING) ||
-	       (now >= since && now - since < (time_t)snap_cfg->latest_ttl);
+	       (now >= since && now - since < (time_t)snap.cfg->latest_ttl);
 }
 
 static struct round *latest_round(struct pfs_service *s, time_t now)
@@ -161,7 +161,7 @@ static double latest_valid(struct pfs_service *s)
 	if (r && fresh(s, r, now) && !snap_round_has(s, r, SLOT_FETCHING)) {
 		time_t since = r->settled_at > r->t ? r->settled_at : r->t;
 		/* a second short of it: fresh() counts whole seconds */
-		left = snap_cfg->latest_ttl - (double)(now - since) - 1;
+		left = snap.cfg->latest_ttl - (double)(now - since) - 1;
 	}
 	return left > 0 ? left : 0;
 }

@@ -24,8 +24,8 @@ struct job_priv {
 	off_t expect; /* listed kinds: the size the listing gave */
 };
 
-/* The cache file of a ready slot, opened with snap_lock held: prune (which
- * takes snap_lock) cannot remove it between the look and the open. */
+/* The cache file of a ready slot, opened with snap.lock held: prune (which
+ * takes snap.lock) cannot remove it between the look and the open. */
 int snap_open_slot(struct pfs_service *s, struct round *r, int slot)
 {
 	int fd = pfs_cache_open(s->cluster->name, s->name, r->name, s->files[slot].key);
@@ -54,17 +54,17 @@ size_t snap_stats_index(const struct pfs_service *s, int slot)
 static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason);
 
 /* A cpu fetch of `gate`'s process is done: start the next one waiting for
- * it, or (unmounting) fail them all. Without snap_lock; frees gate. */
+ * it, or (unmounting) fail them all. Without snap.lock; frees gate. */
 static void gate_next(char *gate)
 {
 	for (;;) {
-		pthread_mutex_lock(&snap_lock);
+		pthread_mutex_lock(&snap.lock);
 		struct pfs_job *next = pfs_cpugate_leave(gate);
-		if (next && !snap_draining) {
+		if (next && !snap.draining) {
 			next->svc->cluster->src->start(next);
 			next = NULL;
 		}
-		pthread_mutex_unlock(&snap_lock);
+		pthread_mutex_unlock(&snap.lock);
 		if (!next)
 			break;
 		struct job_priv *jp = next->priv;
@@ -78,9 +78,9 @@ static void gate_next(char *gate)
 
 void pfs_snap_stop_starts(void)
 {
-	pthread_mutex_lock(&snap_lock);
-	snap_draining = true;
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
+	snap.draining = true;
+	pthread_mutex_unlock(&snap.lock);
 }
 
 bool snap_is_cpu(const struct pfs_file *f)
@@ -89,7 +89,7 @@ bool snap_is_cpu(const struct pfs_file *f)
 }
 
 /* A cpu profile fetched: whether it can drive go build -pgo, said in the
- * log when that changes (snap_lock held). */
+ * log when that changes (snap.lock held). */
 static void pgo_note(struct pfs_service *s, const struct pfs_job *j, struct pfs_target_stats *ts,
 		     bool no_start_line)
 {
@@ -123,7 +123,7 @@ static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason)
 		pfs_err("fetch %s/%s %s from %s failed: %s", s->cluster->name, s->name, file, j->what,
 			reason);
 
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	struct slot *sl = &r->slots[jp->slot];
 	struct pfs_target_stats *ts = &s->state->stats[snap_stats_index(s, jp->slot)];
 	sl->st = rc == 0 ? SLOT_READY : rc == PFS_ABSENT ? SLOT_ABSENT : SLOT_FAILED;
@@ -146,12 +146,12 @@ static void settle(struct pfs_job *j, int rc, size_t gzlen, const char *reason)
 	bool upload = snap_pol(s)->uploads && !snap_round_has(s, r, SLOT_FETCHING) && snap_round_has(s, r, SLOT_READY);
 	char round[PFS_ROUND_NAME_MAX];
 	memcpy(round, r->name, sizeof round);
-	pthread_cond_broadcast(&snap_cond);
-	pthread_mutex_unlock(&snap_lock);
-	if (snap_on_change)
-		snap_on_change(s);
-	if (upload && snap_on_settled)
-		snap_on_settled(s, round);
+	pthread_cond_broadcast(&snap.cond);
+	pthread_mutex_unlock(&snap.lock);
+	if (snap.on_change)
+		snap.on_change(s);
+	if (upload && snap.on_settled)
+		snap.on_settled(s, round);
 
 	char *gate = jp->gate;
 	free(j->post);
@@ -179,12 +179,12 @@ static void job_finish(struct pfs_job *j, int rc, uint8_t *gz, size_t gzlen, con
 	struct round *r = jp->round;
 	char reason[512] = "", verr[256];
 
-	/* Called without snap_lock, on a worker or a source's own thread. */
+	/* Called without snap.lock, on a worker or a source's own thread. */
 	if (rc == 0 && jp->expect && (off_t)gzlen != jp->expect) {
 		snprintf(reason, sizeof reason, "%zu bytes, listed as %lld: the object changed",
 			 gzlen, (long long)jp->expect);
 		rc = -1;
-	} else if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, snap_cfg->max_raw_bytes, &jp->no_start_line,
+	} else if (rc == 0 && pfs_pprof_validate_gz(gz, gzlen, snap.cfg->max_raw_bytes, &jp->no_start_line,
 					     verr, sizeof verr)) {
 		snprintf(reason, sizeof reason, "invalid profile: %s", verr);
 		rc = -1;
@@ -248,9 +248,9 @@ void snap_start_slot(struct pfs_service *s, struct round *r, int slot, time_t no
 	struct pfs_job *j;
 	struct job_priv *jp;
 
-	if (snap_draining || sl->st == SLOT_READY || sl->st == SLOT_FETCHING || sl->st == SLOT_ABSENT ||
+	if (snap.draining || sl->st == SLOT_READY || sl->st == SLOT_FETCHING || sl->st == SLOT_ABSENT ||
 	    (sl->st == SLOT_FAILED && ((flags & PFS_SNAP_NO_RETRY) ||
-	     (now - sl->failed_at < (time_t)snap_cfg->retry_after && now >= sl->failed_at))))
+	     (now - sl->failed_at < (time_t)snap.cfg->retry_after && now >= sl->failed_at))))
 		return;
 	j = pfs_xcalloc(1, sizeof *j);
 	jp = pfs_xcalloc(1, sizeof *jp);
@@ -264,7 +264,7 @@ void snap_start_slot(struct pfs_service *s, struct round *r, int slot, time_t no
 	j->from = r->t;
 	j->to = snap_pol(s)->windows ? r->t + (time_t)s->cluster->api.window : r->t;
 	j->timeout_ms = (long)(slot_timeout(s, slot) * 1000);
-	j->f.max_bytes = snap_cfg->max_bytes;
+	j->f.max_bytes = snap.cfg->max_bytes;
 	sl->st = SLOT_FETCHING;
 	sl->since = now;
 	struct pfs_target_stats *ts = &s->state->stats[snap_stats_index(s, slot)];
@@ -281,7 +281,7 @@ void snap_start_slot(struct pfs_service *s, struct round *r, int slot, time_t no
 		}
 	}
 	/* Sources submit to the fetcher or hand off to a thread: neither
-	 * takes snap_lock before returning. */
+	 * takes snap.lock before returning. */
 	s->cluster->src->start(j);
 }
 
@@ -289,7 +289,7 @@ double pfs_snap_max_wait(const struct pfs_service *s)
 {
 	double w = 0;
 
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	for (size_t i = 0; i < s->n_files; i++) {
 		double t = snap_slot_wait(s, (int)i);
 		if (t > w)
@@ -297,7 +297,7 @@ double pfs_snap_max_wait(const struct pfs_service *s)
 	}
 	if (snap_pol(s)->extra_wait && snap_pol(s)->extra_wait(s) > w)
 		w = snap_pol(s)->extra_wait(s);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return w + 5;
 }
 
@@ -331,7 +331,7 @@ int snap_wait_busy(struct pfs_service *s, struct round *r, int slot, snap_busy_f
 		clock_gettime(CLOCK_MONOTONIC, &step);
 		if (step.tv_sec > dl.tv_sec || (step.tv_sec == dl.tv_sec && step.tv_nsec >= dl.tv_nsec))
 			break;
-		if (snap_interrupted && snap_interrupted()) {
+		if (snap.interrupted && snap.interrupted()) {
 			rc = -EINTR;
 			break;
 		}
@@ -340,7 +340,7 @@ int snap_wait_busy(struct pfs_service *s, struct round *r, int slot, snap_busy_f
 			step.tv_sec++;
 			step.tv_nsec -= 1000000000L;
 		}
-		pthread_cond_timedwait(&snap_cond, &snap_lock, &step);
+		pthread_cond_timedwait(&snap.cond, &snap.lock, &step);
 	}
 	if (r)
 		r->pins--;

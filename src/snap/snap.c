@@ -13,26 +13,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-pthread_mutex_t snap_lock = PTHREAD_MUTEX_INITIALIZER;
-pthread_cond_t snap_cond;
-struct pfs_config *snap_cfg;
-pfs_snap_change_fn snap_on_change;
-pfs_snap_settled_fn snap_on_settled;
-bool (*snap_interrupted)(void);
-pfs_snap_removed_fn snap_on_removed;
-bool snap_draining; /* unmounting: queued cpu fetches fail, none start */
+struct snap_index snap = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 void pfs_snap_set_hooks(pfs_snap_change_fn on_change, bool (*interrupted)(void),
 			pfs_snap_removed_fn on_removed)
 {
-	snap_on_change = on_change;
-	snap_interrupted = interrupted;
-	snap_on_removed = on_removed;
+	snap.on_change = on_change;
+	snap.interrupted = interrupted;
+	snap.on_removed = on_removed;
 }
 
 void pfs_snap_set_settled_hook(pfs_snap_settled_fn on_settled)
 {
-	snap_on_settled = on_settled;
+	snap.on_settled = on_settled;
 }
 
 /* The policy of a kind (source.h `rounds`). */
@@ -48,7 +41,7 @@ static const struct snap_policy *policy_of(const struct pfs_cluster *c)
 	}
 }
 
-/* ---- files, rounds, slots (snap_lock held) ---- */
+/* ---- files, rounds, slots (snap.lock held) ---- */
 
 int snap_file_index(const struct pfs_service *s, const char *file)
 {
@@ -60,10 +53,10 @@ int snap_file_index(const struct pfs_service *s, const char *file)
 
 int pfs_snap_file_index(const struct pfs_service *s, const char *file)
 {
-	/* a discovered service's files change under snap_lock */
-	pthread_mutex_lock(&snap_lock);
+	/* a discovered service's files change under snap.lock */
+	pthread_mutex_lock(&snap.lock);
 	int i = snap_file_index(s, file);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return i;
 }
 
@@ -214,7 +207,7 @@ void pfs_snap_service_init(struct pfs_service *s)
 	s->state->pol = policy_of(s->cluster);
 	s->state->n_stats = s->n_targets || s->discovered ? s->n_targets : 1;
 	s->state->stats = pfs_xcalloc(s->state->n_stats ? s->state->n_stats : 1, sizeof *s->state->stats);
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	/* A discovered service's snapshots on disk name their targets: they
 	 * come back inactive, so those snapshots show as they were. */
 	if (s->discovered)
@@ -227,7 +220,7 @@ void pfs_snap_service_init(struct pfs_service *s)
 	snap_prune(s, now);
 	if (snap_pol(s)->resume)
 		snap_pol(s)->resume(s, now);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 }
 
 void pfs_snap_service_free(struct pfs_service *s)
@@ -261,8 +254,8 @@ int pfs_snap_init(struct pfs_config *cfg, char *err, size_t errlen)
 
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&snap_cond, &ca);
-	snap_cfg = cfg;
+	pthread_cond_init(&snap.cond, &ca);
+	snap.cfg = cfg;
 	if (pfs_cache_init(cfg->cache_dir, err, errlen))
 		return -1;
 	for (size_t i = 0; i < cfg->n_clusters; i++)
@@ -272,23 +265,23 @@ int pfs_snap_init(struct pfs_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-/* ---- entry points: the policy answers, under snap_lock ---- */
+/* ---- entry points: the policy answers, under snap.lock ---- */
 
 int pfs_snap_list_rounds(struct pfs_service *s, int flags, bool settle, pfs_snap_round_fn fn,
 			 void *arg)
 {
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	int r = snap_pol(s)->list_rounds(s, flags, settle, fn, arg);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
 
 int pfs_snap_list_files(struct pfs_service *s, const char *round, int flags, pfs_snap_file_fn fn,
 			void *arg)
 {
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	int r = snap_pol(s)->list_files(s, round, flags, fn, arg);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
 
@@ -301,17 +294,17 @@ int pfs_snap_stat(struct pfs_service *s, const char *round, const char *file, in
 int pfs_snap_stat_fd(struct pfs_service *s, const char *round, const char *file, int flags,
 		     off_t *size, time_t *mtime, int *fd)
 {
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	int r = snap_pol(s)->stat(s, round, file, flags, size, mtime, fd);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
 
 bool pfs_snap_round_frozen(struct pfs_service *s, const char *round)
 {
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	bool r = snap_pol(s)->frozen(s, round);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
 
@@ -319,34 +312,34 @@ bool pfs_snap_round_may_change(struct pfs_service *s, const char *round)
 {
 	if (!snap_pol(s)->may_change)
 		return false;
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	bool r = snap_pol(s)->may_change(s, round);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
 
 int pfs_snap_listing_due(struct pfs_service *s, enum pfs_snap_dir dir, const char *round,
 			 double *timeout)
 {
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	int r = snap_pol(s)->listing_due(s, dir, round, timeout);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
 
 int pfs_snap_round_time(struct pfs_service *s, const char *round, int flags, time_t *t)
 {
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	int r = snap_pol(s)->round_time(s, round, flags, t);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
 
 time_t pfs_snap_latest_time(struct pfs_service *s)
 {
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	time_t r = snap_pol(s)->latest_time(s);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
 
@@ -354,9 +347,9 @@ double pfs_snap_latest_valid(struct pfs_service *s)
 {
 	if (!snap_pol(s)->latest_valid)
 		return 0;
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	double r = snap_pol(s)->latest_valid(s);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
 
@@ -364,26 +357,26 @@ bool pfs_snap_latest_settled(struct pfs_service *s)
 {
 	if (!snap_pol(s)->latest_settled)
 		return false;
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	bool r = snap_pol(s)->latest_settled(s);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
 
 int pfs_snap_latest(struct pfs_service *s, const char *file, int flags,
 		    char round[PFS_ROUND_NAME_MAX], off_t *size, time_t *mtime)
 {
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	int r = snap_pol(s)->latest(s, file, flags, round, size, mtime);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
 
 int pfs_snap_latest_all(struct pfs_service *s, int flags, pfs_snap_file_fn fn, void *arg)
 {
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	int r = snap_pol(s)->latest_all(s, flags, fn, arg);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
 
@@ -392,9 +385,9 @@ int pfs_snap_latest_key(struct pfs_service *s, const char *merge_key, int flags)
 	/* the others' merged/ inputs are fetched by pfs_snap_inputs */
 	if (!snap_pol(s)->latest_key)
 		return -ENOENT;
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	int r = snap_pol(s)->latest_key(s, merge_key, flags);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
 
@@ -403,9 +396,9 @@ size_t pfs_snap_latest_start(struct pfs_service *s, int flags)
 	/* the others' files are fetched when read */
 	if (!snap_pol(s)->latest_start)
 		return 0;
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	size_t r = snap_pol(s)->latest_start(s, flags);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
 
@@ -414,11 +407,11 @@ int pfs_snap_slot(struct pfs_service *s, const char *round, int slot, int flags,
 {
 	int rc = -ENOENT;
 
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	struct round *r = snap_find_round(s, round);
 	if (r && slot >= 0 && (size_t)slot < s->n_files)
 		rc = snap_pol(s)->slot(s, r, slot, flags, size, mtime, fd);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return rc;
 }
 
@@ -455,9 +448,9 @@ int pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since, 
 
 	*out = NULL;
 	*count = 0;
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	if (!(flags & PFS_SNAP_WAIT) && !pol->inputs_settled(s, merge_key, since, now)) {
-		pthread_mutex_unlock(&snap_lock);
+		pthread_mutex_unlock(&snap.lock);
 		return -EAGAIN;
 	}
 	if (flags & PFS_SNAP_WAIT)
@@ -484,7 +477,7 @@ int pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since, 
 		if (base)
 			add_input(s, base, i, true, out, &n, &cap);
 	}
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	free(in_range);
 	*count = n;
 	return 0;
@@ -494,15 +487,15 @@ int pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since, 
 
 size_t pfs_snap_stats_count(const struct pfs_service *s)
 {
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	size_t n = s->state->n_stats;
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return n;
 }
 
 void pfs_snap_target_stats(struct pfs_service *s, size_t i, struct pfs_target_stats *out)
 {
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	*out = s->state->stats[i];
 	const struct pfs_target *t = s->n_targets ? &s->targets[i] : &s->cluster->api.target;
 	snprintf(out->target, sizeof out->target, "%s", t->name ? t->name : "");
@@ -523,5 +516,5 @@ void pfs_snap_target_stats(struct pfs_service *s, size_t i, struct pfs_target_st
 			memcpy(out->flight[k].round, r->name, sizeof r->name);
 			out->flight[k].since = r->slots[f].since;
 		}
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 }

@@ -7,13 +7,13 @@
  *   scrape.c, window.c, listed.c   the round policies (below).
  * Not an interface: nothing outside snap/ includes it.
  *
- * LOCKING: snap_lock guards every round, slot, svc_state and a discovered
- * or listed service's targets and files; snap_cond is signalled when a
+ * LOCKING: snap.lock guards every round, slot, svc_state and a discovered
+ * or listed service's targets and files; snap.cond is signalled when a
  * slot or a listing settles. Every field and helper here is used with
- * snap_lock held unless said. Order: snap_lock may be taken with a
+ * snap.lock held unless said. Order: snap.lock may be taken with a
  * cluster's lock (registry.h) held, never the other way round; the cpu
- * gate (cpugate.h) and the cache's locks are taken inside snap_lock; no
- * call into a source (ops->start, ops->list) or a hook takes snap_lock
+ * gate (cpugate.h) and the cache's locks are taken inside snap.lock; no
+ * call into a source (ops->start, ops->list) or a hook takes snap.lock
  * before returning. */
 #ifndef PFS_SNAP_I_H
 #define PFS_SNAP_I_H
@@ -83,7 +83,7 @@ struct pfs_svc_state {
  *     complete window.
  *   listed (listed.c: s3): rounds and their files are what a bucket lists.
  * Nothing outside these files asks which policy a service has: snap.c's
- * entry points call these with snap_lock held. Optional entries (NULL)
+ * entry points call these with snap.lock held. Optional entries (NULL)
  * say so. */
 struct snap_policy {
 	const char *name;
@@ -140,14 +140,19 @@ struct snap_policy {
 
 extern const struct snap_policy snap_scrape, snap_window, snap_listed;
 
-extern pthread_mutex_t snap_lock;
-extern pthread_cond_t snap_cond;  /* a slot or a listing settled */
-extern struct pfs_config *snap_cfg;
-extern pfs_snap_change_fn snap_on_change;
-extern pfs_snap_settled_fn snap_on_settled;
-extern bool (*snap_interrupted)(void);
-extern pfs_snap_removed_fn snap_on_removed;
-extern bool snap_draining;        /* unmounting: nothing starts */
+/* The index's state: one object, its lock first. */
+struct snap_index {
+	pthread_mutex_t lock;   /* see LOCKING above */
+	pthread_cond_t cond;    /* a slot or a listing settled */
+	struct pfs_config *cfg;
+	bool draining;          /* unmounting: nothing starts */
+	/* hooks (snap.h) */
+	pfs_snap_change_fn on_change;
+	pfs_snap_settled_fn on_settled;
+	pfs_snap_removed_fn on_removed;
+	bool (*interrupted)(void);
+};
+extern struct snap_index snap;
 
 static inline const struct snap_policy *snap_pol(const struct pfs_service *s)
 {

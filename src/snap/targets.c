@@ -1,6 +1,6 @@
 /* Discovered services (discovery.h): their targets come and go, each
  * with one file per served profile named after it; a target that left
- * stays, inactive, while a snapshot holds its files. snap_lock held
+ * stays, inactive, while a snapshot holds its files. snap.lock held
  * unless said. */
 #include "snap_i.h"
 
@@ -57,7 +57,7 @@ static void name_files(struct pfs_service *s, size_t t)
 }
 
 /* Room for `need` targets. Jobs in flight point into targets and files
- * (j->file, the fetch's target) without snap_lock: outgrown arrays are kept
+ * (j->file, the fetch's target) without snap.lock: outgrown arrays are kept
  * until the service is freed (at most as much again: they double). */
 static void reserve(struct pfs_service *s, size_t need)
 {
@@ -77,7 +77,7 @@ static void reserve(struct pfs_service *s, size_t need)
 	st->retired = pfs_xrealloc(st->retired, (st->n_retired + 2) * sizeof *st->retired);
 	st->retired[st->n_retired++] = s->targets;
 	st->retired[st->n_retired++] = s->files;
-	/* readers without snap_lock (status, merged keys) read the count first */
+	/* readers without snap.lock (status, merged keys) read the count first */
 	__atomic_store_n(&s->targets, targets, __ATOMIC_RELEASE);
 	__atomic_store_n(&s->files, files, __ATOMIC_RELEASE);
 	st->active = pfs_xrealloc(st->active, cap * sizeof *st->active);
@@ -196,7 +196,7 @@ void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n
 		nb *= 2;
 	index = pfs_xmalloc(nb * sizeof *index); /* open hash of known names: index + 1 */
 	memset(index, 0, nb * sizeof *index);
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	for (size_t i = 0; i < known; i++) {
 		size_t b = (size_t)pfs_fnv1a(PFS_FNV_INIT, s->targets[i].name) & (nb - 1);
 		while (index[b])
@@ -244,7 +244,7 @@ void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n
 			continue;
 		}
 		/* its files were in no round: new names in place (readers of
-		 * names hold snap_lock) */
+		 * names hold snap.lock) */
 		size_t i = reuse++;
 		pfs_target_free(&s->targets[i]);
 		s->targets[i] = *t;
@@ -253,7 +253,7 @@ void pfs_snap_set_targets(struct pfs_service *s, struct pfs_target *ts, size_t n
 		name_files(s, i);
 		reset_slots(s, i, false);
 	}
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	free(unused);
 	free(index);
 	free(fresh);
@@ -264,11 +264,11 @@ bool pfs_snap_service_gone(struct pfs_service *s)
 {
 	bool gone = s->discovered;
 
-	pthread_mutex_lock(&snap_lock);
+	pthread_mutex_lock(&snap.lock);
 	for (size_t i = 0; gone && i < s->n_targets; i++)
 		gone = !s->state->active[i];
 	for (struct round *r = s->state->rounds; gone && r; r = r->next)
 		gone = !snap_round_has(s, r, SLOT_READY) && !snap_round_has(s, r, SLOT_FETCHING);
-	pthread_mutex_unlock(&snap_lock);
+	pthread_mutex_unlock(&snap.lock);
 	return gone;
 }
