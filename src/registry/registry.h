@@ -1,7 +1,13 @@
 /* The registry: the mount's clusters and their services, as the config
  * made them (config.h) and as discovery adds them later. Clusters are
  * fixed at mount; a cluster's service list only grows (under its lock),
- * and a service lives until unmount. */
+ * and a service lives until unmount.
+ *
+ * LOCKING: a cluster's `discovering` is held through one discovery run
+ * (pfs_source_refresh); its `lock` guards services, types and
+ * discovered_at, and is taken inside `discovering`, before snap.lock
+ * (snap_i.h) when both are held (a service added is set up by the index
+ * under it). */
 #ifndef PFS_REGISTRY_H
 #define PFS_REGISTRY_H
 
