@@ -34,7 +34,7 @@
 /* What a lower room tells a higher one goes through a hook wired here
  * (calls go down only; README, Layout): the registry asks the sources to
  * look for a service it does not know and tells the index of one added;
- * the index tells the uploader of a settled round. fs.c wires its own. */
+ * the index tells the uploader of a settled round. fs/ wires its own. */
 static void discover_unknown(struct pfs_cluster *c)
 {
 	pfs_source_refresh(c, 5);

@@ -6,7 +6,7 @@
  * target's host:port, a NATS server's id) and fetches of one key run one
  * after another, in the order they came.
  *
- * Not thread-safe: the caller serializes every call (snap.c's lock). */
+ * Not thread-safe: the caller serializes every call (snap.lock). */
 #ifndef PFS_CPUGATE_H
 #define PFS_CPUGATE_H
 

@@ -340,7 +340,7 @@ static struct memo *memo_of(struct pfs_service *s, const struct pfs_range *r, co
 }
 
 /* Seconds m holds: until its oldest input leaves the range (a new input
- * invalidates it sooner: fs.c tells the kernel). Windows: not at all. */
+ * invalidates it sooner: fs/ tells the kernel). Windows: not at all. */
 static double valid_for(const struct pfs_service *s, const struct pfs_range *r,
 			const struct memo *m)
 {

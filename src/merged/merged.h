@@ -14,7 +14,7 @@
 #define PFS_MERGED_DIR "merged"
 /* merged/<range>/default.pgo: the cpu snapshots of the range as a Go PGO
  * profile (pfs_pprof_pgo), for kinds whose profiles have line numbers. A
- * key of its own here, listed by fs.c after the service's keys. */
+ * key of its own here, listed by fs/ after the service's keys. */
 #define PFS_PGO_FILE "default.pgo"
 
 const struct pfs_range *pfs_merged_range(const struct pfs_config *cfg, const char *name);

@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <time.h>
-struct pfs_svc_state; /* snap.c */
+struct pfs_svc_state; /* snap/snap_i.h */
 struct pfs_source_ops; /* source.h */
 struct pfs_discovery; /* discovery.h */
 struct pfs_upload; /* upload.h */
@@ -49,7 +49,7 @@ struct pfs_service {
 	struct pfs_svc_state *state;
 	/* Its targets come from discovery (discovery.h): they are appended as
 	 * they are discovered, stay (inactive) while a snapshot holds their
-	 * files, and snap.c changes them under its lock (pfs_snap_set_targets). */
+	 * files, and snap/targets.c changes them under its lock (pfs_snap_set_targets). */
 	bool discovered;
 };
 

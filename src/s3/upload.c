@@ -1,8 +1,9 @@
-/* The uploader: settled rounds are queued (snap.c), and a few threads put
- * their files into the bucket with blocking requests, each bounded by the
- * timeout: HEAD (there already: left as it is), else PUT from the cache
- * file; once every file of the round is there, <time>/.complete. A round
- * that failed is tried again twice, a minute apart. */
+/* The uploader: settled rounds are queued (the index's settled hook, which
+ * main.c wires), and a few threads put their files into the bucket with
+ * blocking requests, each bounded by the timeout: HEAD (there already:
+ * left as it is), else PUT from the cache file; once every file of the
+ * round is there, <time>/.complete. A round that failed is tried again
+ * twice, a minute apart. */
 #include "upload.h"
 
 #include "lib/cache.h"

@@ -126,7 +126,12 @@ static bool files_busy(const struct pfs_service *s, const struct round *r, int s
 	return r->listing;
 }
 
-static bool final(const struct pfs_service *s, const struct round *r);
+/* Its files were listed once it was older than settle: never again. */
+static bool final(const struct pfs_service *s, const struct round *r)
+{
+	return r->listed_ok && r->listed_at - r->t >= (time_t)s->cluster->api.settle;
+}
+
 static void listed(struct pfs_service *s, const char *round, const struct pfs_listed *e,
 		   size_t n, const char *err);
 
@@ -156,11 +161,6 @@ static void start_listing(struct pfs_service *s, struct round *r, time_t now, in
 	if (r)
 		r->pins++; /* prune leaves it until the answer */
 	s->cluster->src->list(s, r ? r->name : NULL, listed);
-}
-
-static bool final(const struct pfs_service *s, const struct round *r)
-{
-	return r->listed_ok && r->listed_at - r->t >= (time_t)s->cluster->api.settle;
 }
 
 /* Start listing the rounds (r NULL) or r's files if that is due, and wait

@@ -75,7 +75,7 @@ bool pfs_snap_names_listed(const struct pfs_service *s);
  * counters since the process started (merged/ sums them). */
 bool pfs_snap_windows(const struct pfs_service *s);
 
-/* For the kernel cache (fs.c): what a listing of a service's directory
+/* For the kernel cache (fs/): what a listing of a service's directory
  * would do. */
 enum pfs_snap_dir {
 	PFS_SNAP_DIR_CLUSTER, /* the cluster's directory, for this service */

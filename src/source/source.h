@@ -42,7 +42,7 @@ struct pfs_listed {
 typedef void (*pfs_listed_fn)(struct pfs_service *s, const char *round,
 			      const struct pfs_listed *e, size_t n, const char *err);
 
-/* One fetch of one file, made by snap.c and handed to the source. */
+/* One fetch of one file, made by the snapshot index (snap/) and handed to the source. */
 struct pfs_job {
 	struct pfs_service *svc;
 	const struct pfs_file *file;
