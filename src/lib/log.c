@@ -1,6 +1,7 @@
 /* Logging: stderr, a file or syslog, one whole line per call. */
 #include "log.h"
 
+#include "names.h"
 #include "secrets.h"
 
 #include <fcntl.h>
@@ -81,11 +82,8 @@ void pfs_log(enum pfs_log_level lvl, const char *fmt, ...)
 	}
 	pthread_mutex_lock(&g_lock);
 	if (g_file) {
-		char when[32];
-		time_t now = time(NULL);
-		struct tm tm;
-		gmtime_r(&now, &tm);
-		strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+		char when[PFS_TIME_NAME_MAX];
+		pfs_name_time(time(NULL), when);
 		fprintf(g_file, "%s profilefs[%d]: %s: %s\n", when, (int)getpid(), g_names[lvl], line);
 	} else {
 		fprintf(stderr, "profilefs: %s: %s\n", g_names[lvl], line);

@@ -1,6 +1,7 @@
 /* Profile builder with deduplicating tables, and merge of several profiles. */
 #include "merge.h"
 
+#include "names.h"
 #include "pprof.h"
 #include "profile.pb-c.h"
 #include "xalloc.h"
@@ -881,13 +882,9 @@ static int64_t div_round(int64_t x, int64_t n)
 	return q;
 }
 
-static void fmt_time(int64_t nanos, char out[32])
+static void fmt_time(int64_t nanos, char out[PFS_TIME_NAME_MAX])
 {
-	time_t t = (time_t)(nanos / 1000000000);
-	struct tm tm;
-
-	gmtime_r(&t, &tm);
-	strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	pfs_name_time((time_t)(nanos / 1000000000), out);
 }
 
 static int cmp_in(const void *a, const void *b)
@@ -916,7 +913,7 @@ static enum pfs_merge_rule rule_of(const struct pfs_merge_rules *rules, const ch
  * it: its differences begin there. malloc'd. */
 static char *begin_line(const char *name, int64_t at)
 {
-	char t0[32], line[512];
+	char t0[PFS_TIME_NAME_MAX], line[512];
 
 	fmt_time(at, t0);
 	snprintf(line, sizeof line, "%s: differences begin at its first snapshot, %s (none before it)",
@@ -933,7 +930,7 @@ static size_t comment_lines(const Profile *p, const char *what, size_t n_snaps, 
 			    char **lines)
 {
 	size_t nt = p->n_sample_type, n = 0;
-	char line[1024], t0[32], t1[32];
+	char line[1024], t0[PFS_TIME_NAME_MAX], t1[PFS_TIME_NAME_MAX];
 
 	fmt_time(first, t0);
 	fmt_time(last, t1);

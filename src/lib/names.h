@@ -29,7 +29,8 @@ void pfs_name_sanitize(const char *s, char *out, size_t outlen);
  * two names never meet ('~' is not in a safe name). */
 void pfs_name_stable(const char *s, char *out, size_t outlen);
 
-/* t as "2026-12-02T10:00:00Z" (UTC): a <time> directory's name. */
+/* t as "2026-12-02T10:00:00Z" (UTC, RFC 3339): a <time> directory's
+ * name, and every time profilefs writes (logs, API queries, comments). */
 #define PFS_TIME_NAME_MAX 32
 void pfs_name_time(time_t t, char out[PFS_TIME_NAME_MAX]);
 /* Its inverse: 0 and *t, or -1 unless name is exactly what pfs_name_time

@@ -7,6 +7,7 @@
  * Times are RFC 3339. */
 #include "source.h"
 
+#include "lib/names.h"
 #include "lib/confparse.h"
 #include "lib/xalloc.h"
 
@@ -96,14 +97,14 @@ static int load_types(struct pfs_cluster *c, const char *range, char *err, size_
 
 static int discover(struct pfs_cluster *c, char *err, size_t errlen)
 {
-	char url[2048], range[128], from[32], to[32];
+	char url[2048], range[128], from[PFS_TIME_NAME_MAX], to[PFS_TIME_NAME_MAX];
 	time_t now = time(NULL);
 	char *label = pfs_url_escape(conf(c)->label);
 	json_t *root, *values, *v;
 	size_t i;
 
-	pfs_rfc3339(now - (time_t)c->api.range, from);
-	pfs_rfc3339(now, to);
+	pfs_name_time(now - (time_t)c->api.range, from);
+	pfs_name_time(now, to);
 	snprintf(range, sizeof range, "start=%s&end=%s", from, to);
 	if (load_types(c, range, err, errlen)) {
 		free(label);
@@ -159,14 +160,14 @@ static int decode(struct pfs_job *j, const uint8_t *body, size_t len, uint8_t **
 static void start(struct pfs_job *j)
 {
 	struct pfs_cluster *c = j->svc->cluster;
-	char sel[1024], query[1600], from[32], to[32];
+	char sel[1024], query[1600], from[PFS_TIME_NAME_MAX], to[PFS_TIME_NAME_MAX];
 	char *q;
 
 	pfs_label_selector(conf(c)->label, j->svc->upstream, sel, sizeof sel);
 	snprintf(query, sizeof query, "%s%s", j->file->type_id, sel);
 	q = pfs_url_escape(query);
-	pfs_rfc3339(j->from, from);
-	pfs_rfc3339(j->to, to);
+	pfs_name_time(j->from, from);
+	pfs_name_time(j->to, to);
 	pfs_job_set(&j->url,
 		 "%s/api/profiles/query?mode=MODE_MERGE&reportType=REPORT_TYPE_PPROF"
 		 "&merge.query=%s&merge.start=%s&merge.end=%s", c->api.target.url, q, from, to);

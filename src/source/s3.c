@@ -8,6 +8,7 @@
  * are encoded but for '/', as the signature needs. */
 #include "source.h"
 
+#include "lib/names.h"
 #include "lib/confparse.h"
 #include "lib/log.h"
 #include "s3/s3.h"
@@ -267,9 +268,9 @@ static void start(struct pfs_job *j)
 {
 	const struct pfs_api *a = &j->svc->cluster->api;
 	const struct s3_conf *k = conf(j->svc->cluster);
-	char round[32], *key;
+	char round[PFS_TIME_NAME_MAX], *key;
 
-	pfs_rfc3339(j->from, round); /* the <time> name */
+	pfs_name_time(j->from, round); /* the <time> name */
 	if (asprintf(&key, "%s%s/%s/%s", k->prefix, j->svc->upstream, round, j->file->name) < 0)
 		key = NULL;
 	free(j->url);

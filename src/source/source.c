@@ -39,13 +39,6 @@ void pfs_sources_free(void)
 			g_kinds[i]->cleanup();
 }
 
-void pfs_rfc3339(time_t t, char out[32])
-{
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 char *pfs_url_escape(const char *s)
 {
 	char *e = curl_easy_escape(NULL, s, 0), *out = pfs_xstrdup(e ? e : "");

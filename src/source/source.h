@@ -148,9 +148,7 @@ int pfs_http_sync_cancel(const struct pfs_target *t, const char *url, bool (*can
 void pfs_http_sync_many(const struct pfs_target *t, char *const *urls, size_t n,
 			struct pfs_fetch *out);
 
-
-/* Helpers for API sources. */
-void pfs_rfc3339(time_t t, char out[32]);
+/* Helpers for API sources (times: pfs_name_time, names.h). */
 /* URL-escaped copy (malloc'd). */
 char *pfs_url_escape(const char *s);
 /* Standard base64 (padding optional, whitespace not allowed) into *out
