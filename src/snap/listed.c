@@ -434,11 +434,6 @@ static bool frozen(struct pfs_service *s, const char *round)
 	return r && shown(s, r, time(NULL)) && final(s, r);
 }
 
-static bool may_change(struct pfs_service *s, const char *round)
-{
-	return !frozen(s, round);
-}
-
 static int round_time(struct pfs_service *s, const char *round, int flags, time_t *t)
 {
 	struct round *r;
@@ -559,8 +554,8 @@ static int listing_due(struct pfs_service *s, enum pfs_snap_dir dir, const char 
 }
 
 const struct snap_policy snap_listed = {
-	.name = "listed",
 	.keeps_range = true,
+	.fills = true,
 	.sizes_listed = true,
 	.names_listed = true,
 	.inputs_base = true,
@@ -573,7 +568,6 @@ const struct snap_policy snap_listed = {
 	.stat = stat_file,
 	.slot = slot_of,
 	.frozen = frozen,
-	.may_change = may_change,
 	.round_time = round_time,
 	.latest_time = latest_time,
 	.latest = latest,

@@ -176,31 +176,19 @@ static bool latest_settled(struct pfs_service *s)
 	return ok;
 }
 
-/* merged/ of scrapes takes what rounds there are: nothing to fetch (a file
- * with none yet is pfs_snap_latest_key's) */
-static bool inputs_settled(struct pfs_service *s, const char *merge_key, time_t since, time_t now)
-{
-	(void)s, (void)merge_key, (void)since, (void)now;
-	return true;
-}
-
-static void inputs_fetch(struct pfs_service *s, const char *merge_key, time_t since, time_t now)
-{
-	(void)s, (void)merge_key, (void)since, (void)now;
-}
-
 /* Listing a cluster, the service or latest/ has work while latest is not
  * fresh and settled; a round found is fixed; merged/ decides for a range. */
 static int listing_due(struct pfs_service *s, enum pfs_snap_dir dir, const char *round,
 		       double *timeout)
 {
-	double v = latest_valid(s);
+	double v;
 
 	(void)round;
 	switch (dir) {
 	case PFS_SNAP_DIR_CLUSTER:
 	case PFS_SNAP_DIR_SERVICE:
 	case PFS_SNAP_DIR_LATEST:
+		v = latest_valid(s);
 		*timeout = *timeout < v ? *timeout : v;
 		return (dir == PFS_SNAP_DIR_CLUSTER ? v : *timeout) <= 0 || !latest_settled(s);
 	case PFS_SNAP_DIR_RANGE:
@@ -211,7 +199,6 @@ static int listing_due(struct pfs_service *s, enum pfs_snap_dir dir, const char 
 }
 
 const struct snap_policy snap_scrape = {
-	.name = "scrape",
 	.uploads = true,
 	.inputs_base = true,
 	.resume = resume,
@@ -229,7 +216,5 @@ const struct snap_policy snap_scrape = {
 	.latest_start = latest_start,
 	.latest_valid = latest_valid,
 	.latest_settled = latest_settled,
-	.inputs_settled = inputs_settled,
-	.inputs_fetch = inputs_fetch,
 	.listing_due = listing_due,
 };

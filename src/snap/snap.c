@@ -209,13 +209,14 @@ void pfs_snap_service_init(struct pfs_service *s)
 	s->state->stats = pfs_xcalloc(s->state->n_stats ? s->state->n_stats : 1, sizeof *s->state->stats);
 	pthread_mutex_lock(&snap.lock);
 	/* A discovered service's snapshots on disk name their targets: they
-	 * come back inactive, so those snapshots show as they were. */
+	 * come back inactive, so those snapshots show as they were; a listed
+	 * kind learns the names of the files it stored. */
 	if (s->discovered)
 		pfs_cache_rounds(s->cluster->name, s->name, snap_learn_targets, s);
-	/* Rounds frozen by an earlier mount are served as they are (a
-	 * discovered service finds its own when it is discovered). */
 	if (snap_pol(s)->learn)
 		snap_pol(s)->learn(s);
+	/* Rounds frozen by an earlier mount are served as they are (a
+	 * discovered service finds its own when it is discovered). */
 	pfs_cache_rounds(s->cluster->name, s->name, on_cached_round, s);
 	snap_prune(s, now);
 	if (snap_pol(s)->resume)
@@ -310,10 +311,10 @@ bool pfs_snap_round_frozen(struct pfs_service *s, const char *round)
 
 bool pfs_snap_round_may_change(struct pfs_service *s, const char *round)
 {
-	if (!snap_pol(s)->may_change)
+	if (!snap_pol(s)->fills)
 		return false;
 	pthread_mutex_lock(&snap.lock);
-	bool r = snap_pol(s)->may_change(s, round);
+	bool r = !snap_pol(s)->frozen(s, round);
 	pthread_mutex_unlock(&snap.lock);
 	return r;
 }
@@ -449,11 +450,12 @@ int pfs_snap_inputs(struct pfs_service *s, const char *merge_key, time_t since, 
 	*out = NULL;
 	*count = 0;
 	pthread_mutex_lock(&snap.lock);
-	if (!(flags & PFS_SNAP_WAIT) && !pol->inputs_settled(s, merge_key, since, now)) {
+	if (!(flags & PFS_SNAP_WAIT) && pol->inputs_settled &&
+	    !pol->inputs_settled(s, merge_key, since, now)) {
 		pthread_mutex_unlock(&snap.lock);
 		return -EAGAIN;
 	}
-	if (flags & PFS_SNAP_WAIT)
+	if ((flags & PFS_SNAP_WAIT) && pol->inputs_fetch)
 		pol->inputs_fetch(s, merge_key, since, now);
 	/* settled: only what is there is taken. Sized here: a listing the
 	 * waits above let in may have added files. */

@@ -86,13 +86,14 @@ struct pfs_svc_state {
  * entry points call these with snap.lock held. Optional entries (NULL)
  * say so. */
 struct snap_policy {
-	const char *name;
 	bool windows;     /* values are per window of an API, a round ends at t + window */
 	bool keeps_range; /* rounds stay while in the range, whatever the retention */
 	bool uploads;     /* settled rounds go to the uploader (not a bucket's own) */
 	bool sizes_listed;/* a fetch must match the size its listing gave */
 	bool names_listed;/* file names come with listings: one not known yet may come */
 	bool inputs_base; /* merged/ takes each file's snapshot before the range */
+	bool fills;       /* a round found may still change until frozen() (files to
+			   * fetch or list): its attributes are cached briefly */
 
 	/* A service being set up (optional): learn, before its rounds on
 	 * disk are read; resume, after they were and retention ran. */
@@ -127,15 +128,15 @@ struct snap_policy {
 	double (*latest_valid)(struct pfs_service *s);
 	bool (*latest_settled)(struct pfs_service *s);
 	/* merged/ inputs with this key from since on: all there to take
-	 * (nothing to start or wait for), and (PFS_SNAP_WAIT) fetched first */
+	 * (nothing to start or wait for), and (PFS_SNAP_WAIT) fetched first;
+	 * optional: scrapes take what rounds there are */
 	bool (*inputs_settled)(struct pfs_service *s, const char *merge_key, time_t since,
 			       time_t now);
 	void (*inputs_fetch)(struct pfs_service *s, const char *merge_key, time_t since,
 			     time_t now);
-	/* the kernel cache: pfs_snap_listing_due, pfs_snap_round_may_change */
+	/* the kernel cache: pfs_snap_listing_due */
 	int (*listing_due)(struct pfs_service *s, enum pfs_snap_dir dir, const char *round,
 			   double *timeout);
-	bool (*may_change)(struct pfs_service *s, const char *round);
 };
 
 extern const struct snap_policy snap_scrape, snap_window, snap_listed;

@@ -101,11 +101,6 @@ static bool frozen(struct pfs_service *s, const char *round)
 	       !snap_round_has(s, r, SLOT_FAILED);
 }
 
-static bool may_change(struct pfs_service *s, const char *round)
-{
-	return !frozen(s, round);
-}
-
 static int round_time(struct pfs_service *s, const char *round, int flags, time_t *t)
 {
 	struct round *r = lookup(s, round);
@@ -187,16 +182,15 @@ static int listing_due(struct pfs_service *s, enum pfs_snap_dir dir, const char 
 }
 
 const struct snap_policy snap_window = {
-	.name = "window",
 	.windows = true,
 	.keeps_range = true,
+	.fills = true,
 	.uploads = true,
 	.list_rounds = list_rounds,
 	.list_files = list_files,
 	.stat = stat_file,
 	.slot = snap_slot_settled,
 	.frozen = frozen,
-	.may_change = may_change,
 	.round_time = round_time,
 	.latest_time = latest_time,
 	.latest = latest,
