@@ -47,7 +47,7 @@
 #define PIN '\1'
 #define DIR_TIMEOUT PFS_SNAP_CLOCK   /* entry and attr timeout of windows still fetched */
 
-/* What a path names. */
+/* What a path names; from N_SERVICE on, something in a service. */
 enum node {
 	N_ROOT,
 	N_STATUS,       /* /.status.json */
@@ -158,6 +158,8 @@ int fs_loc(const char *path, const struct fs_what *w, struct loc *l);
 /* l, which named a directory, names its child name: resolved by name */
 int fs_loc_child(struct loc *l, const char *name);
 void fs_what_of(const struct loc *l, struct fs_what *w);
+/* The service it names or is in (NULL: the root, .status.json, a cluster) */
+struct pfs_service *fs_what_service(const struct fs_what *w);
 bool fs_is_file(enum node n);
 
 /* node.c: nodes: inode number <-> path, counted by the kernel's lookups */

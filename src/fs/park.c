@@ -140,7 +140,7 @@ void fs_submit(fuse_req_t req, enum op op, fuse_ino_t ino, struct fuse_file_info
 		   size_t size, off_t off)
 {
 	struct task *t = pfs_xcalloc(1, sizeof *t);
-	struct loc l;
+	struct pfs_service *s;
 	double wait = 15;
 	int rc;
 
@@ -163,8 +163,8 @@ void fs_submit(fuse_req_t req, enum op op, fuse_ino_t ino, struct fuse_file_info
 		task_free(t);
 		return;
 	}
-	if (fs_loc(t->path, &t->what, &l) == 0 && l.service)
-		wait = pfs_snap_max_wait(l.service);
+	if ((s = fs_what_service(&t->what)))
+		wait = pfs_snap_max_wait(s);
 	t->flags = PFS_SNAP_NO_RETRY;
 	clock_gettime(CLOCK_MONOTONIC, &t->deadline);
 	t->deadline.tv_sec += (time_t)wait + 1;

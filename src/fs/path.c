@@ -88,15 +88,15 @@ static int depth_of(enum node n)
 	}
 }
 
-/* The cluster and service a node's lookup resolved. */
+/* The cluster a node's lookup resolved. */
 static struct pfs_cluster *what_cluster(const struct fs_what *w)
 {
 	return w->node == N_CLUSTER ? w->owner : ((struct pfs_service *)w->owner)->cluster;
 }
 
-static struct pfs_service *what_service(const struct fs_what *w)
+struct pfs_service *fs_what_service(const struct fs_what *w)
 {
-	return w->owner;
+	return w->node >= N_SERVICE ? w->owner : NULL;
 }
 
 /* One more component: l, which named its parent, names part in it. With
@@ -121,7 +121,7 @@ static int step(struct loc *l, char *part, const struct fs_what *w)
 		return 0;
 	case 2:
 		if (l->node != N_CLUSTER ||
-		    !(l->service = w ? what_service(w) : pfs_registry_service(l->cluster, part)))
+		    !(l->service = w ? fs_what_service(w) : pfs_registry_service(l->cluster, part)))
 			return -ENOENT;
 		l->node = N_SERVICE;
 		return 0;
