@@ -5,20 +5,16 @@
 #include "discovery/discovery.h"
 
 #include "lib/log.h"
-#include "lib/secrets.h"
 #include "lib/names.h"
 #include "source/source.h"
 #include "s3/upload.h"
 #include "lib/xalloc.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 

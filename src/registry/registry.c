@@ -214,8 +214,5 @@ void pfs_registry_free(struct pfs_config *cfg)
 		for (size_t k = 0; k < c->n_types; k++)
 			free(c->types[k].type_id);
 		free(c->types);
-		c->services = NULL;
-		c->n_services = 0;
-		c->types = NULL;
 	}
 }
