@@ -23,6 +23,7 @@
 #include "lib/log.h"
 #include "lib/names.h"
 #include "lib/xalloc.h"
+#include "lib/secrets.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -633,8 +634,7 @@ static int get(struct kube *k, const char *url, bool watch, struct stream *st, l
 	curl_easy_cleanup(e);
 	curl_slist_free_all(h);
 	if (hdr) {
-		explicit_bzero(hdr, strlen(hdr));
-		free(hdr);
+		pfs_secret_free(hdr);
 	}
 	explicit_bzero(tok, sizeof tok);
 	if (st->gone || st->error[0])
@@ -770,9 +770,7 @@ static void free_priv(void *priv)
 	forget_all(k);
 	free(k->buckets);
 	free(k->api);
-	if (k->token)
-		explicit_bzero(k->token, strlen(k->token));
-	free(k->token);
+	pfs_secret_free(k->token);
 	free(k->token_file);
 	free(k->ca_file);
 	for (size_t i = 0; i < k->n_ns; i++)

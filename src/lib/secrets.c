@@ -203,3 +203,10 @@ bool pfs_secret_header(const char *name)
 	       strcasestr(name, "token") || strcasestr(name, "key") || strcasestr(name, "secret") ||
 	       strcasestr(name, "auth");
 }
+
+void pfs_secret_free(char *s)
+{
+	if (s)
+		explicit_bzero(s, strlen(s));
+	free(s);
+}

@@ -24,4 +24,7 @@ void pfs_secret_mask(char *text);
  * names with token, key, secret or auth). */
 bool pfs_secret_header(const char *name);
 
+/* A secret's own copy: wiped, then freed (NULL is fine). */
+void pfs_secret_free(char *s);
+
 #endif

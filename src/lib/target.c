@@ -1,6 +1,7 @@
 /* Targets: copy, headers, free (secrets wiped). */
 #include "target.h"
 #include "xalloc.h"
+#include "secrets.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,8 +38,7 @@ void pfs_target_add_header(struct pfs_target *t, const char *name, const char *v
 	snprintf(line, len, "%s: %s", name, value);
 	for (size_t i = 0; i < t->n_headers; i++)
 		if (strncasecmp(t->headers[i], name, n) == 0 && t->headers[i][n] == ':') {
-			explicit_bzero(t->headers[i], strlen(t->headers[i]));
-			free(t->headers[i]);
+			pfs_secret_free(t->headers[i]);
 			t->headers[i] = line; /* it replaces one set in "headers" */
 			return;
 		}
@@ -52,14 +52,11 @@ void pfs_target_free(struct pfs_target *t)
 	free(t->url);
 	free(t->log_url);
 	for (size_t i = 0; i < t->n_headers; i++) {
-		explicit_bzero(t->headers[i], strlen(t->headers[i]));
-		free(t->headers[i]);
+		pfs_secret_free(t->headers[i]);
 	}
 	free(t->headers);
 	free(t->username);
-	if (t->password)
-		explicit_bzero(t->password, strlen(t->password));
-	free(t->password);
+	pfs_secret_free(t->password);
 	free(t->aws_sigv4);
 	free(t->ca_file);
 	free(t->cert_file);

@@ -4,6 +4,7 @@
 #include "lib/confparse.h"
 #include "lib/log.h"
 #include "lib/xalloc.h"
+#include "lib/secrets.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -224,11 +225,7 @@ int pfs_s3_parse(struct pfs_parser *p, json_t *obj, const char *where, const cha
 	rc = 0;
 out:
 	free(fid);
-	if (fsecret)
-		explicit_bzero(fsecret, strlen(fsecret));
-	free(fsecret);
-	if (ftoken)
-		explicit_bzero(ftoken, strlen(ftoken));
-	free(ftoken);
+	pfs_secret_free(fsecret);
+	pfs_secret_free(ftoken);
 	return rc;
 }

@@ -17,6 +17,7 @@
 #include "lib/log.h"
 #include "lib/merge.h"
 #include "lib/xalloc.h"
+#include "lib/secrets.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -38,9 +39,7 @@ static void free_kind(void *kind)
 
 	free(k->project);
 	free(k->email);
-	if (k->password)
-		explicit_bzero(k->password, strlen(k->password));
-	free(k->password);
+	pfs_secret_free(k->password);
 	free(k);
 }
 
@@ -133,8 +132,7 @@ static void session_free(struct session *s)
 {
 	/* the cookie line is ours; the others are the cluster's */
 	char *cookie = s->t.headers[s->t.n_headers - 1];
-	explicit_bzero(cookie, strlen(cookie));
-	free(cookie);
+	pfs_secret_free(cookie);
 	free(s->t.headers);
 	free(s->project);
 	free(s);
@@ -155,8 +153,7 @@ static int login(struct pfs_cluster *c, char *err, size_t errlen)
 	snprintf(url, sizeof url, "%s/api/login", base->url);
 	rc = pfs_http_sync_ex(base, url, "application/json", (const uint8_t *)json, strlen(json),
 			      on_header, &cookie, &body, &len, why, sizeof why);
-	explicit_bzero(json, strlen(json));
-	free(json);
+	pfs_secret_free(json);
 	free(body);
 	if (rc || !cookie) {
 		snprintf(err, errlen, "login: %s", rc ? why : "HTTP 200, no coroot_session cookie");
@@ -172,8 +169,7 @@ static int login(struct pfs_cluster *c, char *err, size_t errlen)
 	s->t.headers[base->n_headers] = pfs_xmalloc(n);
 	snprintf(s->t.headers[base->n_headers], n, "Cookie: coroot_session=%s", cookie);
 	s->t.n_headers = base->n_headers + 1;
-	explicit_bzero(cookie, strlen(cookie));
-	free(cookie);
+	pfs_secret_free(cookie);
 	if (resolve_project(c, &s->t, &s->project, err, errlen)) {
 		session_free(s);
 		return -1;

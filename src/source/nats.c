@@ -12,6 +12,7 @@
 
 #include "lib/log.h"
 #include "lib/xalloc.h"
+#include "lib/secrets.h"
 
 #include <jansson.h>
 #include <nats/nats.h>
@@ -36,12 +37,8 @@ static void free_kind(void *kind)
 	struct nats_conf *k = kind;
 
 	free(k->user);
-	if (k->password)
-		explicit_bzero(k->password, strlen(k->password));
-	free(k->password);
-	if (k->token)
-		explicit_bzero(k->token, strlen(k->token));
-	free(k->token);
+	pfs_secret_free(k->password);
+	pfs_secret_free(k->token);
 	free(k);
 }
 
